@@ -1,0 +1,5 @@
+import sys
+
+from roller.cli.main import main
+
+sys.exit(main())
