@@ -1,0 +1,201 @@
+"""From a parsed statement and tensor shapes to a checked TensorExpr.
+
+Every check reports where the problem is: ``Where`` carries the file, the field path and the expression text so
+that errors can point a caret at the column.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from roller.errors import InputError
+from roller.ir.expr import Affine, reads
+from roller.ir.names import check_identifier
+from roller.ir.parse import ParseError, Statement, parse_statement
+from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, TensorDecl, TensorExpr
+
+MAX_ELEMENTS = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Where:
+    source: str | None = None  # file path, or None for an in-memory op
+    field: str = ""  # e.g. "ops[2]"
+
+    def at(self, sub: str) -> "Where":
+        if not self.field:
+            return Where(self.source, sub)
+        return Where(self.source, f"{self.field}.{sub}" if not sub.startswith("[") else self.field + sub)
+
+    def error(self, message: str, caret: str | None = None) -> InputError:
+        return InputError(message, source=self.source, field=self.field or None, caret=caret)
+
+
+def caret_at(text: str, pos: int) -> str:
+    return f"  {text}\n  {' ' * max(pos, 0)}^"
+
+
+def expr_error(where: Where, text: str, pos: int, message: str) -> InputError:
+    return where.error(f"{message} (column {pos + 1})", caret_at(text, pos))
+
+
+def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dtype: str = "float32",
+               dtypes: dict[str, str] | None = None, pad_value: float = 0.0, kind: str = "generic",
+               params: dict | None = None, extents: dict[str, int] | None = None,
+               where: Where = Where()) -> TensorExpr:
+    """Parse and check ``text`` against ``shapes``; ``where`` points errors at the op's ``expr`` field."""
+    ew = where.at("expr")
+    try:
+        stmt = parse_statement(text)
+    except ParseError as err:
+        raise expr_error(ew, text, err.pos, err.message) from None
+    shapes = dict(shapes or {})
+    dtypes = dict(dtypes or {})
+    _check_names(stmt, text, ew)
+    if dtype not in DTYPE_BYTES:
+        raise where.at("dtype").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    for tname, dt in dtypes.items():
+        if dt not in DTYPE_BYTES:
+            raise where.at(f"dtypes.{tname}").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {dt!r}")
+
+    # Output indices must be distinct plain axes: each output element is written by one point.
+    out_axes: list[str] = []
+    for i, idx in enumerate(stmt.out_index):
+        ax = idx.plain_axis()
+        if ax is None:
+            raise expr_error(ew, text, _index_pos(text, stmt.out_pos, i),
+                             f"output index {i} of {stmt.output} must be a single axis name, got {idx}")
+        if ax in out_axes:
+            raise expr_error(ew, text, _index_pos(text, stmt.out_pos, i),
+                             f"axis {ax!r} appears twice in the output {stmt.output}")
+        out_axes.append(ax)
+
+    body_reads = reads(stmt.body)
+    in_names: list[str] = []
+    for r in body_reads:
+        if r.tensor == stmt.output:
+            raise expr_error(ew, text, r.pos, f"the output {stmt.output} cannot be read on the right-hand side")
+        if r.tensor not in in_names:
+            in_names.append(r.tensor)
+    all_axes: list[str] = list(out_axes)
+    for r in body_reads:
+        for idx in r.index:
+            for a in idx.axes():
+                if a not in all_axes:
+                    all_axes.append(a)
+    red_axes = [a for a in all_axes if a not in out_axes]
+    reduce_op = REDUCE_OPS[stmt.op]
+    if red_axes and reduce_op is None:
+        pos = next(r.pos for r in body_reads if any(red_axes[0] in i.axes() for i in r.index))
+        raise expr_error(ew, text, pos,
+                         f"reduction index {red_axes[0]!r} needs a reducing assignment (+=, max=, min=), not '='")
+
+    # Shapes: every read tensor needs one, with the right rank.
+    sw = where.at("shapes")
+    for t in in_names:
+        if t not in shapes:
+            pos = next(r.pos for r in body_reads if r.tensor == t)
+            raise expr_error(ew, text, pos, f"tensor {t!r} has no entry in 'shapes'")
+    for t, shp in shapes.items():
+        _check_shape(shp, sw.at(t))
+        if t != stmt.output and t not in in_names:
+            raise sw.at(t).error(f"tensor {t!r} does not appear in the expression")
+    for r in body_reads:
+        rank = len(shapes[r.tensor])
+        if len(r.index) != rank:
+            raise expr_error(ew, text, r.pos,
+                             f"{r.tensor} has rank {rank} but is indexed with {len(r.index)} indices")
+
+    # Axis extents come from the dimensions an axis indexes alone; they must agree.
+    ext: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for r in body_reads:
+        for d, idx in enumerate(r.index):
+            a = idx.plain_axis()
+            if a is None:
+                continue
+            size = shapes[r.tensor][d]
+            if a in ext and ext[a] != size:
+                raise expr_error(ew, text, r.pos,
+                                 f"axis {a!r} has extent {ext[a]} from {origin[a]} but {size} from "
+                                 f"{r.tensor} dimension {d}")
+            ext.setdefault(a, size)
+            origin.setdefault(a, f"{r.tensor} dimension {d}")
+    if stmt.output in shapes:
+        oshape = shapes[stmt.output]
+        if len(oshape) != len(out_axes):
+            raise sw.at(stmt.output).error(
+                f"expected rank {len(out_axes)} (the output is indexed [{','.join(out_axes)}]), got {list(oshape)}")
+        for d, a in enumerate(out_axes):
+            if a in ext and ext[a] != oshape[d]:
+                raise sw.at(stmt.output).error(
+                    f"dimension {d} (axis {a!r}) is {oshape[d]} but the expression gives {ext[a]} from {origin[a]}")
+            ext.setdefault(a, oshape[d])
+    for a, n in (extents or {}).items():
+        if a in ext and ext[a] != n:
+            raise where.at(f"extents.{a}").error(f"axis {a!r} has extent {ext[a]} from {origin[a]}, got {n}")
+        ext[a] = n
+    for a in all_axes:
+        if a not in ext:
+            pos = next((r.pos for r in body_reads if any(a in i.axes() for i in r.index)), 0)
+            raise expr_error(ew, text, pos, f"cannot infer the extent of axis {a!r}: it never indexes a "
+                             "dimension alone (give it in 'extents')")
+    oshape = tuple(shapes.get(stmt.output) or [ext[a] for a in out_axes])
+    if math.prod(oshape) > MAX_ELEMENTS:
+        raise sw.at(stmt.output).error(f"{stmt.output} has {math.prod(oshape)} elements, more than 2^31-1")
+
+    out = TensorDecl(stmt.output, oshape, dtypes.get(stmt.output, dtype))
+    inputs = tuple(TensorDecl(t, tuple(shapes[t]), dtypes.get(t, dtype)) for t in in_names)
+    axes = tuple(Axis(a, ext[a], a in red_axes) for a in out_axes + red_axes)
+    return TensorExpr(name=name, kind=kind, output=out, out_index=tuple(Affine.axis(a) for a in out_axes),
+                      inputs=inputs, axes=axes, reduce_op=reduce_op if red_axes else None, body=stmt.body,
+                      pad_value=float(pad_value), params=tuple(sorted((params or {}).items())))
+
+
+def _check_shape(shp: object, where: Where) -> None:
+    if not isinstance(shp, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shp):
+        raise where.error(f"expected a list of positive integers, got {shp!r}")
+    for i, d in enumerate(shp):
+        if d <= 0:
+            raise where.at(f"[{i}]").error(f"expected a positive size, got {d}")
+    if math.prod(shp) > MAX_ELEMENTS:
+        raise where.error(f"{math.prod(shp)} elements is more than 2^31-1 in one tensor")
+
+
+def _check_names(stmt: Statement, text: str, where: Where) -> None:
+    problem = check_identifier(stmt.output)
+    if problem:
+        raise expr_error(where, text, stmt.out_pos, f"output name: {problem}")
+    for r in reads(stmt.body):
+        problem = check_identifier(r.tensor)
+        if problem:
+            raise expr_error(where, text, r.pos, f"tensor name: {problem}")
+        for idx in r.index:
+            for a in idx.axes():
+                problem = check_identifier(a)
+                if problem:
+                    raise expr_error(where, text, r.pos, f"axis name: {problem}")
+    for idx in stmt.out_index:
+        for a in idx.axes():
+            problem = check_identifier(a)
+            if problem:
+                raise expr_error(where, text, stmt.out_pos, f"axis name: {problem}")
+
+
+def _index_pos(text: str, start: int, i: int) -> int:
+    """Column of the i-th index inside ``NAME[...]`` starting at ``start``."""
+    p = text.find("[", start) + 1
+    depth = 0
+    k = 0
+    while p < len(text) and k < i:
+        c = text[p]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            k += 1
+        p += 1
+    while p < len(text) and text[p] == " ":
+        p += 1
+    return p

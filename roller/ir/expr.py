@@ -1,0 +1,190 @@
+"""Expression trees of a tensor expression's body, and affine index maps.
+
+Index expressions are kept as ``Affine`` (integer coefficients per axis plus a constant) because every query the
+construction engine makes (data-tile extents, strides, padding) is exact for them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Union
+
+UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs")
+BINARY_FUNCS = ("max", "min")
+FUNCS = UNARY_FUNCS + BINARY_FUNCS
+
+
+@dataclass(frozen=True, eq=False)
+class Affine:
+    """sum(coef[a] * a) + const over axis names. Terms keep the order they were written in (for printing);
+    equality and hashing ignore that order."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(coefs: Mapping[str, int], const: int = 0) -> "Affine":
+        return Affine(tuple((a, c) for a, c in coefs.items() if c != 0), const)
+
+    def _key(self) -> tuple:
+        return (tuple(sorted(self.terms)), self.const)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Affine) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    @staticmethod
+    def axis(name: str) -> "Affine":
+        return Affine(((name, 1),), 0)
+
+    @property
+    def coefs(self) -> dict[str, int]:
+        return dict(self.terms)
+
+    def axes(self) -> tuple[str, ...]:
+        return tuple(a for a, _ in self.terms)
+
+    def plain_axis(self) -> str | None:
+        """The axis name when the index is that axis alone (coefficient 1, no constant)."""
+        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0]
+        return None
+
+    def span(self, tile: Mapping[str, int]) -> tuple[int, int]:
+        """(lowest, highest) offset reached over a tile starting at 0 with the given extents."""
+        lo = hi = self.const
+        for a, c in self.terms:
+            reach = c * (tile[a] - 1)
+            lo += min(0, reach)
+            hi += max(0, reach)
+        return lo, hi
+
+    def evaluate(self, values: Mapping[str, int]) -> int:
+        return self.const + sum(c * values[a] for a, c in self.terms)
+
+    def __add__(self, other: "Affine") -> "Affine":
+        coefs = self.coefs
+        for a, c in other.terms:
+            coefs[a] = coefs.get(a, 0) + c
+        return Affine.of(coefs, self.const + other.const)
+
+    def scale(self, k: int) -> "Affine":
+        return Affine.of({a: c * k for a, c in self.terms}, self.const * k)
+
+    def rename(self, mapping: Mapping[str, str]) -> "Affine":
+        return Affine.of({mapping.get(a, a): c for a, c in self.terms}, self.const)
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for a, c in self.terms:
+            if c == 1:
+                t = a
+            elif c == -1:
+                t = f"-{a}"
+            else:
+                t = f"{c}*{a}"
+            if parts and not t.startswith("-"):
+                parts.append("+" + t)
+            else:
+                parts.append(t)
+        if self.const or not parts:
+            parts.append(f"{self.const:+d}" if parts else str(self.const))
+        return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+    def __str__(self) -> str:
+        if self.value == float("-inf"):
+            return "(-inf)"
+        text = repr(float(self.value))
+        return text if not text.startswith("-") else f"({text})"
+
+
+@dataclass(frozen=True)
+class Read:
+    tensor: str
+    index: tuple[Affine, ...]
+    pos: int = field(default=-1, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{','.join(str(i) for i in self.index)}]"
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str
+    args: tuple["Expr", ...]
+
+    def __str__(self) -> str:
+        return f"{self.fn}({', '.join(str(a) for a in self.args)})"
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * /
+    lhs: "Expr"
+    rhs: "Expr"
+
+    def __str__(self) -> str:
+        prec = _PREC[self.op]
+        left = _wrap(self.lhs, prec, right=False)
+        right = _wrap(self.rhs, prec, right=True)
+        return f"{left} {self.op} {right}"
+
+
+@dataclass(frozen=True)
+class Neg:
+    x: "Expr"
+
+    def __str__(self) -> str:
+        return f"-{_wrap(self.x, 3, right=True)}"
+
+
+Expr = Union[Const, Read, Call, BinOp, Neg]
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def _wrap(e: Expr, prec: int, right: bool) -> str:
+    if isinstance(e, BinOp):
+        inner = _PREC[e.op]
+        # a - (b + c) and a / (b * c) need brackets on the right at equal precedence.
+        if inner < prec or (right and inner == prec):
+            return f"({e})"
+    return str(e)
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    yield e
+    if isinstance(e, Call):
+        for a in e.args:
+            yield from walk(a)
+    elif isinstance(e, BinOp):
+        yield from walk(e.lhs)
+        yield from walk(e.rhs)
+    elif isinstance(e, Neg):
+        yield from walk(e.x)
+
+
+def reads(e: Expr) -> list[Read]:
+    return [n for n in walk(e) if isinstance(n, Read)]
+
+
+def flop_count(e: Expr) -> int:
+    """Arithmetic operations per evaluation of the body (a function call counts as one)."""
+    return sum(1 for n in walk(e) if isinstance(n, (BinOp, Neg, Call)))
+
+
+def map_reads(e: Expr, fn) -> Expr:  # fn: Read -> Expr
+    if isinstance(e, Read):
+        return fn(e)
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(map_reads(a, fn) for a in e.args))
+    if isinstance(e, BinOp):
+        return BinOp(e.op, map_reads(e.lhs, fn), map_reads(e.rhs, fn))
+    if isinstance(e, Neg):
+        return Neg(map_reads(e.x, fn))
+    return e

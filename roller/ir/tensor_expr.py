@@ -1,0 +1,214 @@
+"""TensorExpr: one operator as axes, tensors with affine accesses, and a body.
+
+The construction engine sees an operator only through the queries here: which axes exist and how long they
+are, and for a tile over all axes, the region of every tensor it touches and the work it does.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from roller.ir.expr import Affine, Expr, Read, flop_count, reads
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+REDUCE_OPS = {"+=": "sum", "max=": "max", "min=": "min", "=": None}
+ASSIGN_OF = {v: k for k, v in REDUCE_OPS.items()}
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    extent: int
+    reduce: bool = False
+
+
+@dataclass(frozen=True)
+class View:
+    """A tensor read through a re-indexing (the implicit-GEMM im2col view, or an axis fusion).
+
+    Virtual dimension d enumerates the sub-axes ``dims[d]`` in mixed radix (outermost first); the element
+    fetched is ``source[index(sub-axes)]``, and a source index outside ``source_shape`` yields the pad value.
+    """
+
+    source_shape: tuple[int, ...]
+    dims: tuple[tuple[tuple[str, int], ...], ...]
+    index: tuple[Affine, ...]
+
+    def is_reshape(self) -> bool:
+        """True when the view is a plain reshape of a row-major source (no gather, no padding)."""
+        flat = [ax for d in self.dims for ax in d]
+        if len(flat) != len(self.index):
+            return False
+        return all(idx.plain_axis() == ax and self.source_shape[i] == ext
+                   for i, ((ax, ext), idx) in enumerate(zip(flat, self.index)))
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    view: View | None = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        """Shape of the buffer the user passes (the source of a view)."""
+        return self.view.source_shape if self.view else self.shape
+
+
+@dataclass(frozen=True)
+class TensorExpr:
+    name: str
+    kind: str
+    output: TensorDecl
+    out_index: tuple[Affine, ...]
+    inputs: tuple[TensorDecl, ...]
+    axes: tuple[Axis, ...]
+    reduce_op: str | None
+    body: Expr
+    pad_value: float = 0.0
+    acc_dtype: str = "float32"
+    params: tuple[tuple[str, object], ...] = ()
+    source: "TensorExpr | None" = field(default=None, compare=False)
+
+    # ---- axes -------------------------------------------------------------------------------------
+    @property
+    def spatial_axes(self) -> tuple[Axis, ...]:
+        return tuple(a for a in self.axes if not a.reduce)
+
+    @property
+    def reduce_axes(self) -> tuple[Axis, ...]:
+        return tuple(a for a in self.axes if a.reduce)
+
+    @property
+    def extents(self) -> dict[str, int]:
+        return {a.name: a.extent for a in self.axes}
+
+    def axis(self, name: str) -> Axis:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    # ---- tensors ----------------------------------------------------------------------------------
+    @property
+    def tensors(self) -> tuple[TensorDecl, ...]:
+        return self.inputs + (self.output,)
+
+    def tensor(self, name: str) -> TensorDecl:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def accesses(self, name: str) -> list[tuple[Affine, ...]]:
+        """Distinct index tuples with which a tensor is read (or written, for the output)."""
+        if name == self.output.name:
+            return [self.out_index]
+        out: list[tuple[Affine, ...]] = []
+        for r in reads(self.body):
+            if r.tensor == name and r.index not in out:
+                out.append(r.index)
+        return out
+
+    def axes_of(self, name: str) -> tuple[str, ...]:
+        """Axes a tensor's accesses depend on, in axis order."""
+        used = {a for idx in self.accesses(name) for i in idx for a in i.axes()}
+        return tuple(a.name for a in self.axes if a.name in used)
+
+    # ---- region queries ---------------------------------------------------------------------------
+    def region(self, name: str, tile: Mapping[str, int]) -> tuple[int, ...]:
+        """Bounding box, per tensor dimension, of the elements a tile touches (exact for affine maps,
+        strides and dilation included); clipped to the tensor's extent."""
+        t = self.tensor(name)
+        idxs = self.accesses(name)
+        box: list[int] = []
+        for d, size in enumerate(t.shape):
+            lo = min(idx[d].span(tile)[0] for idx in idxs)
+            hi = max(idx[d].span(tile)[1] for idx in idxs)
+            box.append(min(hi - lo + 1, size))
+        return tuple(box)
+
+    def region_bytes(self, name: str, tile: Mapping[str, int]) -> int:
+        t = self.tensor(name)
+        return math.prod(self.region(name, tile)) * t.itemsize
+
+    def output_region(self, tile: Mapping[str, int]) -> tuple[int, ...]:
+        return self.region(self.output.name, tile)
+
+    @property
+    def flops_per_point(self) -> int:
+        """Operations per point of the iteration space: the body plus one for the reduction."""
+        return max(1, flop_count(self.body) + (1 if self.reduce_op else 0))
+
+    def tile_flops(self, tile: Mapping[str, int]) -> int:
+        return math.prod(tile[a.name] for a in self.axes) * self.flops_per_point
+
+    @property
+    def flops(self) -> int:
+        return self.tile_flops(self.extents)
+
+    @property
+    def bytes(self) -> int:
+        """Compulsory traffic: every input and the output once."""
+        return sum(math.prod(t.storage_shape) * t.itemsize for t in self.tensors)
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.reduce_op is not None and bool(self.reduce_axes)
+
+    # ---- printing, hashing ------------------------------------------------------------------------
+    def statement(self) -> str:
+        out = f"{self.output.name}[{','.join(str(i) for i in self.out_index)}]"
+        return f"{out} {ASSIGN_OF[self.reduce_op]} {self.body}"
+
+    def to_json(self) -> dict:
+        """A generic op.json object that parses back to this expression (views are dropped: the
+        unfused source is what the user wrote)."""
+        src = self.source or self
+        pad = src.pad_value
+        return {
+            "name": src.name,
+            "expr": src.statement(),
+            "shapes": {t.name: list(t.storage_shape) for t in src.tensors},
+            "dtypes": {t.name: t.dtype for t in src.tensors},
+            "pad_value": "-inf" if pad == float("-inf") else ("inf" if pad == float("inf") else pad),
+        }
+
+    def __str__(self) -> str:
+        return self.statement()
+
+    def content_hash(self) -> str:
+        """Stable across runs and machines: the semantic content, not object identity."""
+        doc = {
+            "expr": self.statement(),
+            "tensors": [[t.name, list(t.shape), t.dtype, _view_doc(t.view)] for t in self.tensors],
+            "axes": [[a.name, a.extent, a.reduce] for a in self.axes],
+            "pad": repr(self.pad_value),
+            "acc": self.acc_dtype,
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_name(self, name: str) -> "TensorExpr":
+        return replace(self, name=name)
+
+
+def _view_doc(v: View | None) -> object:
+    if v is None:
+        return None
+    return [list(v.source_shape), [[list(p) for p in d] for d in v.dims], [str(i) for i in v.index]]
+
+
+def read_sites(expr: TensorExpr) -> list[Read]:
+    return reads(expr.body)
