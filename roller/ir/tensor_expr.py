@@ -52,6 +52,7 @@ class TensorDecl:
     shape: tuple[int, ...]
     dtype: str = "float32"
     view: View | None = None
+    orig_shape: tuple[int, ...] | None = None  # set when axis fusion reshaped the tensor (same memory)
 
     @property
     def size(self) -> int:
@@ -64,7 +65,9 @@ class TensorDecl:
     @property
     def storage_shape(self) -> tuple[int, ...]:
         """Shape of the buffer the user passes (the source of a view)."""
-        return self.view.source_shape if self.view else self.shape
+        if self.view is not None:
+            return self.view.source_shape
+        return self.orig_shape or self.shape
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,8 @@ class TensorExpr:
         """Stable across runs and machines: the semantic content, not object identity."""
         doc = {
             "expr": self.statement(),
-            "tensors": [[t.name, list(t.shape), t.dtype, _view_doc(t.view)] for t in self.tensors],
+            "tensors": [[t.name, list(t.shape), list(t.storage_shape), t.dtype, _view_doc(t.view)]
+                        for t in self.tensors],
             "axes": [[a.name, a.extent, a.reduce] for a in self.axes],
             "pad": repr(self.pad_value),
             "acc": self.acc_dtype,

@@ -1,0 +1,171 @@
+"""Axis fusion (the paper's irregular-shape pass) and the implicit-GEMM view of convolutions.
+
+Both are one operation, ``regroup``: several axes become one fused axis, and every tensor is then read through
+a ``View`` that decodes the fused index into the original axes. Fusion of axes that are adjacent (or absent)
+in every tensor is a plain reshape; the implicit GEMM of a convolution is a gather (im2col) on the input.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from roller.ir.expr import Affine, Read, map_reads
+from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr, View
+
+
+def regroup(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
+    """Fuse each group of axes (outermost first) into one axis; axes not named stay as they are.
+
+    Every tensor must be accessed with a single index tuple (true for all named ops)."""
+    ext = expr.extents
+    named = {a for g in groups for a in g}
+    all_groups: list[list[str]] = []
+    for a in expr.axes:
+        if a.name in named:
+            g = next(g for g in groups if a.name in g)
+            if g not in all_groups:
+                all_groups.append(g)
+        else:
+            all_groups.append([a.name])
+    taken = {a.name for a in expr.axes}
+    new_axes: list[Axis] = []
+    gname: dict[str, str] = {}
+    for g in all_groups:
+        kinds = {expr.axis(a).reduce for a in g}
+        if len(kinds) != 1:
+            raise ValueError(f"cannot fuse spatial and reduction axes together: {g}")
+        name = g[0] if len(g) == 1 else "".join(g)
+        while len(g) > 1 and name in taken:
+            name += "_"
+        taken.add(name)
+        gname.update({a: name for a in g})
+        new_axes.append(Axis(name, math.prod(ext[a] for a in g), kinds.pop()))
+    new_axes.sort(key=lambda a: a.reduce)  # spatial first, as everywhere else
+
+    def view_of(t: TensorDecl, index: tuple[Affine, ...]) -> tuple[TensorDecl, tuple[Affine, ...]]:
+        used = [a for i in index for a in i.axes()]
+        order: list[list[str]] = []
+        for a in used:  # groups in the order their first axis appears in the tensor's index
+            g = next(g for g in all_groups if a in g)
+            if g not in order:
+                order.append(g)
+        dims = tuple(tuple((a, ext[a]) for a in g) for g in order)
+        view = View(t.shape if t.view is None else t.view.source_shape, dims, index)
+        shape = tuple(math.prod(e for _, e in d) for d in dims)
+        new_index = tuple(Affine.axis(gname[g[0]]) for g in order)
+        return TensorDecl(t.name, shape, t.dtype, view), new_index
+
+    decls: dict[str, TensorDecl] = {}
+    indices: dict[str, tuple[Affine, ...]] = {}
+    for t in expr.inputs:
+        accs = expr.accesses(t.name)
+        if len(accs) != 1:
+            raise ValueError(f"{t.name} is read with {len(accs)} different indices; cannot regroup")
+        decls[t.name], indices[t.name] = view_of(t, accs[0])
+    out, out_index = view_of(expr.output, expr.out_index)
+    body = map_reads(expr.body, lambda r: Read(r.tensor, indices[r.tensor], r.pos))
+    # Output axes must lead in output order: the kernel writes the output tile in that order.
+    out_order = [gname[g[0]] for g in _dims_groups(out)]
+    new_axes.sort(key=lambda a: (a.reduce, out_order.index(a.name) if a.name in out_order else len(out_order)))
+    return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
+                   axes=tuple(new_axes), body=body, source=expr.source or expr)
+
+
+def _dims_groups(t: TensorDecl) -> list[list[str]]:
+    assert t.view is not None
+    return [[a for a, _ in d] for d in t.view.dims]
+
+
+def fusible_groups(expr: TensorExpr) -> list[list[str]]:
+    """Chains of axes that are adjacent, in the same order, or absent in every tensor (plain indices)."""
+    accesses = [idx for t in expr.tensors for idx in expr.accesses(t.name)]
+
+    def pair_ok(a: str, b: str) -> bool:
+        if expr.axis(a).reduce != expr.axis(b).reduce:
+            return False
+        for idx in accesses:
+            plain = [i.plain_axis() for i in idx]
+            uses = [set(i.axes()) for i in idx]
+            ia = [d for d, u in enumerate(uses) if a in u]
+            ib = [d for d, u in enumerate(uses) if b in u]
+            if not ia and not ib:
+                continue
+            if len(ia) != 1 or len(ib) != 1 or plain[ia[0]] != a or plain[ib[0]] != b or ib[0] != ia[0] + 1:
+                return False
+        return True
+
+    names = [a.name for a in expr.axes]
+    groups: list[list[str]] = []
+    for a in names:
+        for g in groups:
+            if pair_ok(g[-1], a):
+                g.append(a)
+                break
+        else:
+            groups.append([a])
+    return [g for g in groups if len(g) > 1]
+
+
+def fuse_axes(expr: TensorExpr) -> TensorExpr:
+    """The paper's axis-fusion pass: merge adjacent-or-absent axes. Every tensor is only reshaped (same
+    memory, row-major), so no gather is needed and other dimensions keep their affine indices."""
+    groups = fusible_groups(expr)
+    if not groups:
+        return expr
+    ext = expr.extents
+    gname = {}
+    for g in groups:
+        gname[g[0]] = "".join(g)
+    first_of = {a: g[0] for g in groups for a in g}
+
+    def reshape(t: TensorDecl, index: tuple[Affine, ...]) -> tuple[TensorDecl, tuple[Affine, ...]]:
+        shape: list[int] = []
+        new_index: list[Affine] = []
+        for d, i in enumerate(index):
+            a = i.plain_axis()
+            if a is not None and a in first_of and first_of[a] != a:
+                shape[-1] *= t.shape[d]  # a later member of a group: merge into the previous dimension
+                continue
+            shape.append(t.shape[d])
+            new_index.append(Affine.axis(gname[a]) if a is not None and a in gname else i)
+        return (replace(t, shape=tuple(shape), orig_shape=t.storage_shape), tuple(new_index))
+
+    decls: dict[str, TensorDecl] = {}
+    indices: dict[tuple[str, tuple[Affine, ...]], tuple[Affine, ...]] = {}
+    for t in expr.inputs:
+        for acc in expr.accesses(t.name):
+            decls[t.name], indices[(t.name, acc)] = reshape(t, acc)
+    out, out_index = reshape(expr.output, expr.out_index)
+    body = map_reads(expr.body, lambda r: Read(r.tensor, indices[(r.tensor, r.index)], r.pos))
+    axes = []
+    for a in expr.axes:
+        if a.name in first_of and first_of[a.name] != a.name:
+            continue
+        if a.name in gname:
+            g = next(g for g in groups if g[0] == a.name)
+            axes.append(Axis(gname[a.name], math.prod(ext[x] for x in g), a.reduce))
+        else:
+            axes.append(a)
+    return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
+                   axes=tuple(axes), body=body, source=expr.source or expr)
+
+
+def implicit_gemm(expr: TensorExpr) -> TensorExpr:
+    """Convolution as GEMM: spatial axes other than the output channel fuse into one (N*HO*WO), the
+    reduction axes into one (C*KH*KW) in the weight's storage order, so the weight is a reshape and the input
+    an im2col gather."""
+    if expr.kind != "conv2d":
+        return fuse_axes(expr)
+    w = expr.inputs[1]
+    w_axes = [i.plain_axis() for i in expr.accesses(w.name)[0]]
+    f = next(a for a in w_axes if a is not None and not expr.axis(a).reduce)
+    spatial = [a.name for a in expr.spatial_axes if a.name != f]
+    reduce = [a for a in w_axes if a is not None and expr.axis(a).reduce]
+    return regroup(expr, [spatial, reduce])
+
+
+def prepare(expr: TensorExpr, gemm_conv: bool = True) -> TensorExpr:
+    """The form construction works on: implicit GEMM for convolutions, axis fusion for everything else."""
+    if expr.source is not None:
+        return expr
+    return implicit_gemm(expr) if gemm_conv else fuse_axes(expr)
