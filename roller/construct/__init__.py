@@ -1,0 +1,102 @@
+"""Construction: from an operator and a hardware description to the top-K rPrograms, best predicted first.
+
+Reads only the IR and the hardware description; imports no backend.
+"""
+from __future__ import annotations
+
+from typing import Union
+
+from roller.construct.align import EPSILONS
+from roller.construct.enlarge import Candidate, Search, thread_start_sizes
+from roller.construct.rtile import Prediction, RProgram, RTile, launch_counts
+from roller.construct.scaleout import shrink_for_parallelism
+from roller.errors import InputError
+from roller.hw import HardwareDesc, load
+from roller.ir.fuse import prepare
+from roller.ir.opfile import OpLike, load_op
+from roller.ir.tensor_expr import TensorExpr
+from roller.model.micro import predict, resources
+from roller.model.traffic import TileGeometry
+
+__all__ = ["Prediction", "RProgram", "RTile", "construct", "levels"]
+
+# Construction explores this many candidates per requested program before the model ranks them: the DFS
+# order follows reuse, the model's order follows predicted time.
+POOL_FACTOR = 3
+
+
+def levels(hw: HardwareDesc) -> tuple[int, int]:
+    """(block level, thread level): the tile levels staged into the first block-scope layer and into the
+    thread-scope (register) layer."""
+    scopes = [m.scope for m in hw.memory]
+    if scopes[-1] != "thread":
+        raise InputError(f"{hw.name}: the innermost memory layer must have scope 'thread' (registers)",
+                         source=hw.source or None, field=f"memory[{len(scopes) - 1}].scope")
+    if "block" not in scopes:
+        raise InputError(f"{hw.name}: construction needs a memory layer with scope 'block' "
+                         "(shared memory, LDS, local memory or tile SRAM)", source=hw.source or None,
+                         field="memory")
+    return scopes.index("block") - 1, len(scopes) - 2
+
+
+def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k: int = 10,
+              gemm_conv: bool = True, shrink: bool = True) -> list[RProgram]:
+    """The ``top_k`` rPrograms for ``op`` on ``hw``, best predicted first (deterministic)."""
+    if top_k < 1:
+        raise InputError(f"top_k must be at least 1, got {top_k}")
+    hwd = load(hw) if isinstance(hw, str) else hw
+    expr = op if isinstance(op, TensorExpr) else load_op(op)
+    expr = prepare(expr, gemm_conv=gemm_conv)
+    geo = TileGeometry(expr)
+    block_level, thread_level = levels(hwd)
+    itemsize = expr.output.itemsize
+    pool = max(top_k * POOL_FACTOR, top_k + 8)
+    search = Search(geo, hwd, block_level, thread_level, itemsize, want=pool)
+    for eps in EPSILONS:
+        search.steps = 0
+        search.visited.clear()
+        start = tuple(1 for _ in geo.extents)
+        search.enlarge_thread(start, eps, thread_start_sizes(geo, eps))
+        if len(search.found) >= pool:
+            break
+    if not search.found:
+        # Nothing fits the description's limits with aligned tiles: fall back to one thread per output
+        # element so that every op still compiles (the model will say how slow it is).
+        unit = tuple(1 for _ in geo.extents)
+        search.record(unit, unit, EPSILONS[-1], True)
+    cands = list(search.found)
+    if shrink:
+        cands += shrink_for_parallelism(geo, hwd, cands, search)
+    progs = [_program(expr, geo, hwd, c, block_level, thread_level) for c in cands]
+    progs = [p for p in progs if p is not None]
+    unique: dict[tuple, RProgram] = {}
+    for p in progs:
+        unique.setdefault(p.key(), p)
+    ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s, p.key()))  # type: ignore[union-attr]
+    return ranked[:top_k]
+
+
+def _program(expr: TensorExpr, geo: TileGeometry, hw: HardwareDesc, c: Candidate, block_level: int,
+             thread_level: int) -> RProgram | None:
+    n = len(hw.memory) - 1
+    shapes: list[tuple[int, ...]] = []
+    for i in range(n):
+        if i < block_level:
+            shapes.append(c.block)  # cache levels: one block's tile (the cache holds what the block reuses)
+        elif i == block_level:
+            shapes.append(c.block)
+        else:
+            shapes.append(c.thread)
+    tiles = tuple(RTile(s, tuple(sorted(c.padding.items())) if i == block_level else ())
+                  for i, s in enumerate(shapes))
+    grid, block = launch_counts(expr, tiles[block_level], tiles[thread_level])
+    res = resources(geo, hw, tuple(shapes), block_level, thread_level, block, c.padding)
+    if res.blocks_per_unit < 1:
+        return None
+    pred = predict(geo, hw, tuple(shapes), block_level, thread_level, grid, block, res,
+                   dtype=expr.output.dtype)
+    return RProgram(expr=expr, hw_name=hw.name, hw_hash=hw.content_hash()[:16],
+                    layers=tuple(m.name for m in hw.memory), scopes=tuple(m.scope for m in hw.memory),
+                    tiles=tiles, grid=grid, block=block, block_level=block_level, thread_level=thread_level,
+                    epsilon=c.epsilon, padding_waste=geo.padding_waste(c.block), prediction=pred)
+

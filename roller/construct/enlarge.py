@@ -1,0 +1,213 @@
+"""EnlargeTile (paper Fig. 8): grow aligned tiles by data-reuse score, level by level.
+
+Construction starts at the innermost level (a thread's register tile) with the smallest aligned tile, and at
+each step tries the enlargements in order of the reuse score S_i = (Q(T) - Q(T'_i)) / (F(T'_i) - F(T)),
+Q = traffic from the layer above, F = footprint in this layer. A tile whose enlargement would exceed the layer's
+capacity, or whose memory time already falls below its compute time (it saturates compute) and is aligned to
+the parallelism of the unit, is recorded and construction continues one level out with it as the unit of
+the next tile. A visited set keeps every tile from being expanded twice.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from roller.construct.align import (block_sizes, storage_padding, thread_sizes, transaction_alignment,
+                                    warp_multiple)
+from roller.hw import HardwareDesc
+from roller.model.micro import registers_per_thread
+from roller.model.traffic import TileGeometry
+
+Tile = tuple[int, ...]
+
+
+@dataclass
+class Candidate:
+    thread: Tile
+    block: Tile
+    padding: dict[str, int]
+    epsilon: float
+    border: bool  # recorded because nothing larger fit, not because it saturated
+
+
+@dataclass
+class Search:
+    """State of one construction: geometry, device limits and what has been found."""
+
+    geo: TileGeometry
+    hw: HardwareDesc
+    block_level: int
+    thread_level: int
+    dtype_bytes: int
+    want: int
+    budget: int = 4000
+    found: list[Candidate] = field(default_factory=list)
+    seen_programs: set = field(default_factory=set)
+    visited: set = field(default_factory=set)
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        hw = self.hw
+        self.smem = hw.memory[self.block_level + 1]
+        self.outer = hw.memory[self.block_level]
+        self.reg_layer = hw.memory[self.thread_level + 1]
+        self.align = transaction_alignment(self.geo.expr, self.outer)
+        self.peak = _peak(hw, self.geo.expr)
+        self.bw_outer = hw.bandwidth(self.block_level)
+        self.bw_smem = hw.bandwidth(self.thread_level)
+        self.warp_multiple = warp_multiple(hw)
+        par = hw.parallelism
+        self.reg_budget = min(par.register_tile_budget,
+                              (self.reg_layer.capacity_per_thread_bytes or 1 << 30) // self.dtype_bytes)
+
+    def done(self) -> bool:
+        return len(self.found) >= self.want or self.steps >= self.budget
+
+    # ---- thread level -------------------------------------------------------------------------------
+    def thread_ok(self, t: Tile) -> bool:
+        geo = self.geo
+        step = tuple(1 if r else s for s, r in zip(t, geo.reduce_mask))
+        elems = geo.output_elems(t) + sum(math.prod(geo.region(x, step)) for x in geo.inputs)
+        if elems > self.reg_budget:
+            return False
+        return registers_per_thread(geo, t) <= self.hw.parallelism.max_registers_per_thread
+
+    def thread_saturated(self, t: Tile) -> bool:
+        geo = self.geo
+        compute = geo.tile_flops(t) / self.peak
+        memory = geo.tile_traffic(t, self.smem.transaction_bytes) / self.bw_smem
+        return geo.output_elems(t) >= 2 and compute >= memory
+
+    def thread_footprint(self, t: Tile) -> float:
+        return registers_per_thread(self.geo, t)
+
+    def enlarge_thread(self, t: Tile, eps: float, sizes: list[list[int]]) -> None:
+        if self.done() or ("t", t) in self.visited:
+            return
+        self.visited.add(("t", t))
+        self.steps += 1
+        ranked = self._ranked(t, sizes, self.smem.transaction_bytes, self.thread_footprint, self.thread_ok,
+                              with_scores=True)
+        # A register tile only grows where that saves traffic; with no reuse to gain (elementwise, plain
+        # reductions) the paper builds the block tile alone and threads keep one output each.
+        nexts = [n for score, n in ranked if score > 0]
+        if self.thread_saturated(t) or not nexts:
+            self.start_block(t, eps, border=not self.thread_saturated(t))
+        for n in nexts:
+            if self.done():
+                return
+            self.enlarge_thread(n, eps, sizes)
+
+    # ---- block level --------------------------------------------------------------------------------
+    def start_block(self, thread: Tile, eps: float, border: bool) -> None:
+        geo = self.geo
+        sizes: list[list[int]] = []
+        for i, (name, ext, red) in enumerate(zip(geo.axis_names, geo.extents, geo.reduce_mask)):
+            if red:
+                sizes.append(block_sizes(ext, 1, self.align.get(name, 1), eps))
+            else:
+                sizes.append(block_sizes(ext, thread[i], self.align.get(name, 1), eps))
+        if any(not s for s in sizes):
+            return
+        # The reduction step starts at one cache line of the innermost input (the artifact's x4 of the
+        # transaction): a shorter step only adds barriers, and its traffic is the same.
+        line = max(1, self.outer.line_bytes // self.dtype_bytes)
+        start = tuple((next((v for v in s if v >= line), s[-1]) if red else s[0])
+                      for s, red in zip(sizes, geo.reduce_mask))
+        self.enlarge_block(thread, start, eps, sizes, border)
+
+    def padding_for(self, block: Tile) -> dict[str, int]:
+        pads = {}
+        for x in self.geo.inputs:
+            reg = self.geo.region(x, block)
+            if len(reg) > 1:
+                p = storage_padding(reg[-1], x.itemsize, self.smem)
+                if p:
+                    pads[x.name] = p
+        return pads
+
+    def threads(self, thread: Tile, block: Tile) -> int:
+        return math.prod(b // t for b, t, r in zip(block, thread, self.geo.reduce_mask) if not r)
+
+    def block_ok(self, thread: Tile, block: Tile) -> bool:
+        par = self.hw.parallelism
+        n = self.threads(thread, block)
+        if n > par.max_threads_per_block:
+            return False
+        if self.smem.scope == "block":
+            cap = self.smem.capacity_per_block_bytes or 0
+            if self.geo.footprint(block, self.padding_for(block)) > cap:
+                return False
+        regs = registers_per_thread(self.geo, thread)
+        return regs * n <= par.registers_per_unit
+
+    def block_saturated(self, thread: Tile, block: Tile) -> bool:
+        geo = self.geo
+        if self.threads(thread, block) % self.warp_multiple:
+            return False
+        compute = geo.tile_flops(block) / self.peak
+        memory = geo.tile_traffic(block, self.outer.transaction_bytes) / self.bw_outer
+        return compute >= memory
+
+    def enlarge_block(self, thread: Tile, block: Tile, eps: float, sizes: list[list[int]], border: bool) -> None:
+        key = ("b", thread, block)
+        if self.done() or key in self.visited:
+            return
+        self.visited.add(key)
+        self.steps += 1
+        if not self.block_ok(thread, block):
+            return
+        nexts = self._ranked(block, sizes, self.outer.transaction_bytes,
+                             lambda b: self.geo.footprint(b), lambda b: self.block_ok(thread, b))
+        saturated = self.block_saturated(thread, block)
+        aligned = self.threads(thread, block) % self.warp_multiple == 0
+        if saturated or not nexts:
+            self.record(thread, block, eps, border or not saturated)
+        elif aligned and border:
+            self.record(thread, block, eps, True)
+        for n in nexts:
+            if self.done():
+                return
+            self.enlarge_block(thread, n, eps, sizes, border)
+
+    def record(self, thread: Tile, block: Tile, eps: float, border: bool) -> None:
+        key = (thread, block)
+        if key in self.seen_programs:
+            return
+        self.seen_programs.add(key)
+        self.found.append(Candidate(thread, block, self.padding_for(block), eps, border))
+
+    # ---- shared -------------------------------------------------------------------------------------
+    def _ranked(self, tile: Tile, sizes: list[list[int]], transaction: int, footprint, ok,
+                with_scores: bool = False) -> list:
+        """Enlargements of ``tile`` by one aligned step on one axis, best data-reuse score first."""
+        geo = self.geo
+        q0 = geo.total_traffic(tile, transaction)
+        f0 = footprint(tile)
+        scored = []
+        for i, s in enumerate(tile):
+            bigger = [v for v in sizes[i] if v > s]
+            if not bigger:
+                continue
+            new = tile[:i] + (bigger[0],) + tile[i + 1:]
+            if not ok(new):
+                continue
+            q1 = geo.total_traffic(new, transaction)
+            f1 = footprint(new)
+            score = 0.0 if f1 == f0 else (q0 - q1) / (f1 - f0)
+            scored.append((-score, i, new))
+        scored.sort(key=lambda x: (x[0], x[1]))
+        if with_scores:
+            return [(-neg, n) for neg, _, n in scored]
+        return [n for _, _, n in scored]
+
+
+def thread_start_sizes(geo: TileGeometry, eps: float) -> list[list[int]]:
+    return [[1] if r else thread_sizes(e, eps) for e, r in zip(geo.extents, geo.reduce_mask)]
+
+
+def _peak(hw: HardwareDesc, expr) -> float:
+    dtype = expr.inputs[0].dtype if expr.inputs else expr.output.dtype
+    if dtype not in hw.compute:
+        dtype = "float32"
+    return hw.peak_flops(dtype)

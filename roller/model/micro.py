@@ -1,0 +1,103 @@
+"""Micro-performance model: predicted time of an rProgram from its tiles and the hardware description.
+
+The device is modelled as ``units`` identical compute units, each with an equal share of the effective compute
+peak and of every memory layer's effective bandwidth (the paper's even split). Each formula is written where it
+is used; the model is pure and needs no device.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from roller.construct.rtile import Prediction
+from roller.hw import HardwareDesc
+from roller.model.traffic import TileGeometry
+
+# A scheduler (sub-partition) hides latency by switching between resident warps; with fewer than this many
+# warps per scheduler it idles while loads are in flight. Two is the least that lets one warp compute while
+# another waits.
+WARPS_PER_SCHEDULER = 2
+# Registers a thread needs beyond its tile: indices, loop counters, addresses.
+REGISTER_OVERHEAD = 16
+
+
+@dataclass(frozen=True)
+class Resources:
+    smem_bytes: int  # per block, storage padding included
+    registers_per_thread: int
+    blocks_per_unit: int  # resident blocks per unit (occupancy); 0 when the block does not fit
+
+
+def registers_per_thread(geo: TileGeometry, thread_tile: tuple[int, ...], acc_bytes: int = 4) -> int:
+    """32-bit registers: the output accumulators, one reduction step of every input fragment, overhead."""
+    step = tuple(1 if r else t for t, r in zip(thread_tile, geo.reduce_mask))
+    acc = geo.output_elems(thread_tile) * acc_bytes
+    frags = sum(math.prod(geo.region(t, step)) * t.itemsize for t in geo.inputs)
+    return -(-(acc + frags) // 4) + REGISTER_OVERHEAD
+
+
+def resources(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], ...], block_level: int,
+              thread_level: int, block: int, padding: dict[str, int]) -> Resources:
+    par = hw.parallelism
+    staged = hw.memory[block_level + 1]
+    smem = geo.footprint(tiles[block_level], padding) if staged.scope == "block" else 0
+    regs = registers_per_thread(geo, tiles[thread_level])
+    limits = [par.max_blocks_per_unit, par.max_threads_per_unit // max(block, 1)]
+    per_unit = staged.capacity_per_unit_bytes if staged.scope == "block" else None
+    if smem and per_unit:
+        limits.append(per_unit // smem)
+    if par.registers_per_unit:
+        limits.append(par.registers_per_unit // max(1, regs * block))
+    return Resources(smem, regs, max(0, min(limits)))
+
+
+def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], ...], block_level: int,
+            thread_level: int, grid: int, block: int, res: Resources, use_matrix: bool = False,
+            dtype: str = "float32") -> Prediction:
+    par = hw.parallelism
+    units = par.compute_units
+    bpu = max(1, res.blocks_per_unit)
+    # The busiest unit runs ceil(grid / units) blocks one after another (or interleaved: the same total).
+    rounds = -(-grid // units)
+    resident = min(bpu, rounds)
+    waves = -(-grid // (bpu * units))
+    # Latency hiding: resident warps per unit against what the schedulers need to stay busy.
+    warps = resident * -(-block // par.warp_size)
+    needed = WARPS_PER_SCHEDULER * par.sub_partitions
+    # Lanes of a partly filled warp idle for compute and for memory alike (a 1-thread block uses 1/32).
+    lane_eff = block / (-(-block // par.warp_size) * par.warp_size)
+    latency_eff = min(1.0, warps / needed) * lane_eff
+
+    peak = _peak(hw, dtype, use_matrix)
+    compute_block = geo.tile_flops(tiles[block_level]) / (peak / units)
+    layer_times: list[tuple[str, float]] = []
+    for i, tile in enumerate(tiles):
+        layer = hw.memory[i]
+        if i < block_level:
+            # Levels above the block (a cache layer): their tile spans several blocks; share per block.
+            per_block = geo.total_traffic(tile, layer.transaction_bytes) / grid
+        elif i == block_level:
+            per_block = geo.tile_traffic(tile, layer.transaction_bytes)
+        else:
+            per_block = geo.total_traffic(tile, layer.transaction_bytes) / grid
+        t = rounds * per_block / (hw.bandwidth(i) / units) / latency_eff
+        layer_times.append((layer.name, t))
+    compute_time = rounds * compute_block / latency_eff
+    time = max([compute_time] + [t for _, t in layer_times])
+    bottleneck = "compute"
+    for name, t in layer_times:
+        if t >= time and t > compute_time:
+            bottleneck = name
+    useful = math.prod(geo.extents) * geo.flops_per_point
+    fraction = useful / time / peak if time > 0 else 0.0
+    return Prediction(time_s=time, bottleneck=bottleneck, fraction_of_peak=fraction,
+                      layer_times_s=tuple(layer_times), compute_time_s=compute_time, waves=waves,
+                      blocks_per_unit=res.blocks_per_unit, registers_per_thread=res.registers_per_thread)
+
+
+def _peak(hw: HardwareDesc, dtype: str, use_matrix: bool) -> float:
+    if dtype not in hw.compute:
+        dtype = "float32"
+    if use_matrix and hw.has_matrix(dtype):
+        return hw.peak_flops(dtype, matrix=True)
+    return hw.peak_flops(dtype)

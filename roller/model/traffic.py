@@ -1,0 +1,120 @@
+"""Footprint and traffic of tiles, the two quantities the data-reuse score and the model are built on.
+
+Tiles are tuples of extents in the order of ``expr.axes``. ``TileGeometry`` precomputes, for every tensor
+dimension, which axes index it and with what coefficient, so a region is a few integer operations: this runs
+thousands of times per construction.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from roller.ir.tensor_expr import TensorExpr
+
+
+@dataclass(frozen=True)
+class _Dim:
+    terms: tuple[tuple[int, int], ...]  # (axis position, |coefficient|)
+    spread: int  # distance between the smallest and largest constant over all accesses
+    size: int
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    itemsize: int
+    dims: tuple[_Dim, ...]
+    is_output: bool
+
+
+class TileGeometry:
+    """Region and traffic queries for one expression, with tiles given as tuples in axis order."""
+
+    def __init__(self, expr: TensorExpr) -> None:
+        self.expr = expr
+        self.axis_names = tuple(a.name for a in expr.axes)
+        self.extents = tuple(a.extent for a in expr.axes)
+        self.reduce_mask = tuple(a.reduce for a in expr.axes)
+        pos = {a: i for i, a in enumerate(self.axis_names)}
+        tensors = []
+        for t in expr.tensors:
+            accs = expr.accesses(t.name)
+            dims = []
+            for d, size in enumerate(t.shape):
+                coefs: dict[int, int] = {}
+                for idx in accs:
+                    for a, c in idx[d].terms:
+                        coefs[pos[a]] = max(coefs.get(pos[a], 0), abs(c))
+                consts = [idx[d].const for idx in accs]
+                dims.append(_Dim(tuple(sorted(coefs.items())), max(consts) - min(consts), size))
+            tensors.append(_Tensor(t.name, t.itemsize, tuple(dims), t.name == expr.output.name))
+        self.tensors = tuple(tensors)
+        self.inputs = tuple(t for t in self.tensors if not t.is_output)
+        self.output = next(t for t in self.tensors if t.is_output)
+        self.flops_per_point = expr.flops_per_point
+
+    def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
+        out = []
+        for d in t.dims:
+            ext = d.spread + 1
+            for a, c in d.terms:
+                ext += c * (tile[a] - 1)
+            out.append(min(ext, d.size))
+        return tuple(out)
+
+    def full_reduce(self, tile: tuple[int, ...]) -> tuple[int, ...]:
+        """The same spatial tile over the whole reduction: what one tile reads to finish its outputs."""
+        return tuple(e if r else t for t, e, r in zip(tile, self.extents, self.reduce_mask))
+
+    def footprint(self, tile: tuple[int, ...], padding: dict[str, int] | None = None) -> int:
+        """Bytes of the input data tiles staged for one reduction step (storage padding included)."""
+        total = 0
+        for t in self.inputs:
+            reg = self.region(t, tile)
+            if padding and padding.get(t.name) and len(reg) > 1:
+                reg = reg[:-1] + (reg[-1] + padding[t.name],)
+            total += math.prod(reg) * t.itemsize
+        return total
+
+    def tile_traffic(self, tile: tuple[int, ...], transaction_bytes: int = 1) -> int:
+        """Bytes one tile moves from the layer above for its whole reduction: inputs plus the output once,
+        each row of a data tile rounded up to whole transactions."""
+        full = self.full_reduce(tile)
+        total = 0
+        for t in self.tensors:
+            reg = self.region(t, full)
+            total += _rounded_bytes(reg, t.itemsize, transaction_bytes)
+        return total
+
+    def num_tiles(self, tile: tuple[int, ...]) -> int:
+        return math.prod(-(-e // t) for t, e, r in zip(tile, self.extents, self.reduce_mask) if not r)
+
+    def total_traffic(self, tile: tuple[int, ...], transaction_bytes: int = 1) -> int:
+        """Q(T): traffic of the whole operator when computed tile by tile."""
+        return self.num_tiles(tile) * self.tile_traffic(tile, transaction_bytes)
+
+    def tile_flops(self, tile: tuple[int, ...]) -> int:
+        """Work of one tile over its whole reduction (padding included: padded points are computed)."""
+        full = self.full_reduce(tile)
+        padded = [(-(-e // t) * t) if r else t for t, e, r in zip(full, self.extents, self.reduce_mask)]
+        return math.prod(padded) * self.flops_per_point
+
+    def padded_points(self, tile: tuple[int, ...]) -> int:
+        return math.prod(-(-e // t) * t for t, e in zip(tile, self.extents))
+
+    def padding_waste(self, tile: tuple[int, ...]) -> float:
+        """Fraction of computed points that fall outside the iteration space."""
+        real = math.prod(self.extents)
+        return self.padded_points(tile) / real - 1.0
+
+    def output_elems(self, tile: tuple[int, ...]) -> int:
+        return math.prod(t for t, r in zip(tile, self.reduce_mask) if not r)
+
+
+def _rounded_bytes(region: tuple[int, ...], itemsize: int, transaction: int) -> int:
+    if not region:
+        return max(itemsize, transaction)
+    row = region[-1] * itemsize
+    if transaction > 1:
+        row = -(-row // transaction) * transaction
+    return math.prod(region[:-1]) * row
