@@ -33,6 +33,8 @@ def check_identifier(name: object) -> str | None:
         return f"{name!r} is not an identifier (letters, digits, '_'; starting with a letter)"
     if name in RESERVED:
         return f"{name!r} is a reserved word in C/CUDA/OpenCL"
+    if name.startswith("rl_"):
+        return f"{name!r} starts with 'rl_', which generated code reserves for its own names"
     if len(name) > 48:
         return f"{name!r} is longer than 48 characters"
     return None

@@ -1,0 +1,292 @@
+"""Kernel plan: an rProgram lowered to what every C-family kernel (OpenCL, CUDA, HIP) needs.
+
+The plan is plain data: decode divisors, tile extents, and index expressions as one-line C expressions. The
+shared Jinja2 template (``templates/kernel.j2``) lays the kernel out from it; each backend's dialect template
+only says how its language spells qualifiers, barriers and thread indices. So the kernels of one rProgram in
+every language come from the same plan (and a test compares the plans).
+
+Kernel shape: one work-group/block per block tile, threads cyclically over the block tile (thread ``t`` of an
+axis with ``n`` threads owns local coordinates t, t+n, ...: adjacent threads touch adjacent elements); every
+reduction step stages each input's data tile (a bounding box in the tensor, or a gathered tile for views) into
+shared memory with bounds guards and the pad value, then each thread accumulates its register tile.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from roller.construct.rtile import RProgram
+from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.tensor_expr import TensorDecl, TensorExpr
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a language spells scalar types and math; used when rendering the body expression."""
+
+    ctype: dict[str, str]  # dtype -> C type
+    funcs: dict[str, str]  # roller function -> C function (one argument or two)
+    float_suffix: str = "f"
+    infinity: str = "INFINITY"
+    to_acc: str = "(float)({x})"  # converting a loaded element to the accumulator type
+    from_acc: str = "({ctype})({x})"
+
+
+@dataclass
+class DimPlan:
+    extent: int
+    div: int  # decode divisor of a linear index over this tile
+    origin: str = "0"  # C expression: first tensor index of the tile in this dimension
+
+
+@dataclass
+class ViewPlan:
+    """Decode of a virtual index into sub-axes (innermost first) and the source index they give."""
+
+    subs: list[list[tuple[str, int]]]  # per virtual dim, sub-axes innermost first
+    src_index: list[str]  # C expression per source dimension, over the sub-axis variables
+    src_sizes: list[int]
+    src_strides: list[int]
+    virtual_sizes: list[int]
+
+
+@dataclass
+class TensorPlan:
+    name: str
+    ctype: str
+    sizes: list[int]  # dimensions the kernel indexes (virtual for views, fused for reshapes)
+    strides: list[int]  # row-major strides for those dimensions (plain tensors)
+    view: ViewPlan | None = None
+    # staged inputs only:
+    smem: str = ""
+    dims: list[DimPlan] = field(default_factory=list)
+    row_pad: int = 0
+    smem_elems: int = 0
+    smem_strides: list[int] = field(default_factory=list)
+    tile_elems: int = 0
+
+
+@dataclass
+class AxisPlan:
+    name: str  # C variable suffix
+    extent: int
+    block: int  # block tile (spatial) or reduction step (reduce)
+    thread: int  # thread tile (spatial)
+    threads: int  # threads along this axis
+    blocks: int  # blocks along the axis (spatial) or reduction tiles (reduce)
+    bdiv: int  # decode divisor in the block id (spatial) or reduction-tile index (reduce)
+    tdiv: int  # decode divisor in the thread id (spatial) or step point (reduce)
+    jdiv: int  # decode divisor in the register-tile point index (spatial)
+
+
+@dataclass
+class KernelPlan:
+    name: str
+    grid: int
+    block: int
+    acc_ctype: str
+    out_ctype: str
+    spatial: list[AxisPlan]
+    reduce: list[AxisPlan]
+    inputs: list[TensorPlan]
+    output: TensorPlan
+    staged: bool
+    n_rtiles: int
+    rstep_points: int
+    thread_points: int
+    reduce_op: str | None
+    acc_init: str
+    combine: str  # C statement template with {acc} and {val}
+    body: str  # C expression of one point
+    out_index: list[str]  # output tensor index per dimension (plain outputs)
+    pad_value: str
+    reduce_guard: str  # C condition: the step point is inside the reduction
+    smem_bytes: int
+    params: list[tuple[str, str, bool]]  # (name, ctype, is_output)
+    notes: list[str] = field(default_factory=list)
+
+
+def _c_float(v: float, d: Dialect) -> str:
+    if math.isinf(v):
+        return d.infinity if v > 0 else f"(-{d.infinity})"
+    if math.isnan(v):
+        return "NAN"
+    text = repr(float(v))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return f"{text}{d.float_suffix}" if d.float_suffix else text
+
+
+def _affine_c(a: Affine, var: Callable[[str], str]) -> str:
+    parts = []
+    for ax, c in a.terms:
+        parts.append(var(ax) if c == 1 else f"{c} * {var(ax)}")
+    if a.const or not parts:
+        parts.append(str(a.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def _strides(sizes: list[int] | tuple[int, ...]) -> list[int]:
+    out = [1] * len(sizes)
+    for i in range(len(sizes) - 2, -1, -1):
+        out[i] = out[i + 1] * sizes[i + 1]
+    return out
+
+
+def render_body(e: Expr, d: Dialect, read: Callable[[Read], str]) -> str:
+    if isinstance(e, Const):
+        return _c_float(e.value, d)
+    if isinstance(e, Read):
+        return read(e)
+    if isinstance(e, Neg):
+        return f"(-{render_body(e.x, d, read)})"
+    if isinstance(e, BinOp):
+        return f"({render_body(e.lhs, d, read)} {e.op} {render_body(e.rhs, d, read)})"
+    if isinstance(e, Call):
+        args = [render_body(a, d, read) for a in e.args]
+        return d.funcs[e.fn].format(*args, zero=_c_float(0.0, d), one=_c_float(1.0, d))
+    raise TypeError(e)
+
+
+def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None) -> KernelPlan:
+    expr = prog.expr
+    b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
+    name = kernel_name or expr.name
+    staged = bool(expr.reduce_axes)
+
+    spatial: list[AxisPlan] = []
+    reduce: list[AxisPlan] = []
+    for i, a in enumerate(expr.axes):
+        if a.reduce:
+            reduce.append(AxisPlan(a.name, a.extent, b_tile[i], 1, 1, -(-a.extent // b_tile[i]), 0, 0, 0))
+        else:
+            spatial.append(AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i],
+                                    -(-a.extent // b_tile[i]), 0, 0, 0))
+    # Decode order: the last axis varies fastest (in block ids, thread ids and register points alike), so
+    # that adjacent threads work on adjacent output elements of the innermost dimension.
+    div_b = div_t = div_j = 1
+    for ax in reversed(spatial):
+        ax.bdiv, ax.tdiv, ax.jdiv = div_b, div_t, div_j
+        div_b *= ax.blocks
+        div_t *= ax.threads
+        div_j *= ax.thread
+    div_r = div_k = 1
+    for ax in reversed(reduce):
+        ax.bdiv, ax.tdiv = div_r, div_k
+        div_r *= ax.blocks
+        div_k *= ax.block
+
+    block_shape = {a.name: b_tile[i] for i, a in enumerate(expr.axes)}
+    pads = dict(prog.block_tile.storage_padding)
+    acc_ctype = d.ctype[expr.acc_dtype]
+
+    def var_local(ax: str) -> str:
+        return f"rl_l_{ax}"
+
+    def var_start(ax: str) -> str:
+        return f"rl_s_{ax}"
+
+    inputs: list[TensorPlan] = []
+    read_exprs: dict[tuple[str, tuple[Affine, ...]], str] = {}
+    smem_total = 0
+    for t in expr.inputs:
+        tp = _tensor_plan(t, d)
+        accs = expr.accesses(t.name)
+        if staged:
+            tp.smem = f"rl_sm_{t.name}"
+            dims = []
+            lows = []
+            for dim in range(len(t.shape)):
+                lo = min(idx[dim].span(block_shape)[0] for idx in accs)
+                hi = max(idx[dim].span(block_shape)[1] for idx in accs)
+                lows.append(lo)
+                # The tile's first index: the affine map at the tile's start, shifted by the lowest offset.
+                starts = Affine.of({a: c for a, c in accs[0][dim].terms})
+                origin = _affine_c(Affine(starts.terms, lo), var_start)
+                dims.append(DimPlan(hi - lo + 1, 0, origin))
+            ext = [dp.extent for dp in dims]
+            div = 1
+            for dp in reversed(dims):
+                dp.div = div
+                div *= dp.extent
+            tp.dims = dims
+            tp.tile_elems = math.prod(ext)
+            tp.row_pad = pads.get(t.name, 0) if len(ext) > 1 else 0
+            storage = ext[:-1] + [ext[-1] + tp.row_pad] if ext else []
+            tp.smem_strides = _strides(storage)
+            tp.smem_elems = max(1, math.prod(storage))
+            smem_total += tp.smem_elems * t.itemsize
+            for idx in accs:
+                terms = []
+                for dim, i in enumerate(idx):
+                    local = Affine(i.terms, i.const - lows[dim])
+                    expr_c = _affine_c(local, var_local)
+                    if tp.smem_strides[dim] != 1:
+                        expr_c = f"({expr_c}) * {tp.smem_strides[dim]}"
+                    terms.append(expr_c)
+                read_exprs[(t.name, idx)] = d.to_acc.format(x=f"{tp.smem}[{' + '.join(terms) or '0'}]")
+        else:
+            for idx in accs:
+                read_exprs[(t.name, idx)] = _global_read(tp, idx, var_global, expr.pad_value, d)
+        inputs.append(tp)
+
+    body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)])
+    out = _tensor_plan(expr.output, d)
+    out_index = [_affine_c(i, var_global) for i in expr.out_index]
+    if expr.reduce_op == "sum":
+        init, combine = _c_float(0.0, d), "{acc} += {val};"
+    elif expr.reduce_op == "max":
+        init, combine = f"(-{d.infinity})", "{acc} = " + d.funcs["max"].format("{acc}", "{val}") + ";"
+    elif expr.reduce_op == "min":
+        init, combine = d.infinity, "{acc} = " + d.funcs["min"].format("{acc}", "{val}") + ";"
+    else:
+        init, combine = _c_float(0.0, d), "{acc} = {val};"
+    guard = " && ".join(f"rl_s_{ax.name} + rl_l_{ax.name} < {ax.extent}" for ax in reduce
+                        if ax.extent % ax.block) or ""
+    params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
+             [(expr.output.name, d.ctype[expr.output.dtype], True)]
+    return KernelPlan(
+        name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
+        spatial=spatial, reduce=reduce, inputs=inputs, output=out, staged=staged,
+        n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
+        rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
+        thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
+        reduce_op=expr.reduce_op, acc_init=init, combine=combine, body=body, out_index=out_index,
+        pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params)
+
+
+def var_global(ax: str) -> str:
+    return f"rl_g_{ax}"
+
+
+def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
+    if t.view is not None:
+        v = t.view
+        subs = [list(reversed(dim)) for dim in v.dims]
+        src = [_affine_c(i, lambda a: f"rl_v_{a}") for i in v.index]
+        vp = ViewPlan(subs, src, list(v.source_shape), _strides(v.source_shape), list(t.shape))
+        return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape), vp)
+    return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape))
+
+
+def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float,
+                 d: Dialect) -> str:
+    """A guarded read straight from global memory (ops without reduction stage nothing)."""
+    conds = []
+    offs = []
+    for dim, i in enumerate(idx):
+        c = _affine_c(i, var)
+        lo, hi = i.const, i.const  # bounds can only be violated when the index is not a plain axis
+        if i.plain_axis() is None and (i.terms or not 0 <= lo < tp.sizes[dim]):
+            conds.append(f"(unsigned)({c}) < {tp.sizes[dim]}u")
+        offs.append(f"({c}) * {tp.strides[dim]}" if tp.strides[dim] != 1 else f"({c})")
+        _ = hi
+    load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs) or '0'}]")
+    if not conds:
+        return load
+    return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"
+
+
+def expr_of(prog: RProgram) -> TensorExpr:
+    return prog.expr

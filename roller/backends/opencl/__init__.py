@@ -1,0 +1,54 @@
+"""OpenCL backend: kernels from the shared C-family plan, run through pyopencl (PoCL on this machine)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from roller.backends import Artifact, Backend
+from roller.backends.c_family.launch import launch_json
+from roller.backends.c_family.plan import Dialect, lower
+from roller.backends.c_family.render import render
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+DIALECT = Dialect(
+    ctype={"float32": "float", "float16": "half", "bfloat16": "float"},
+    funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
+           "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "fmax({0}, {zero})",
+           "abs": "fabs({0})", "max": "fmax({0}, {1})", "min": "fmin({0}, {1})"},
+    to_acc="(float)({x})", from_acc="({ctype})({x})")
+
+
+class OpenCLBackend(Backend):
+    name = "opencl"
+    serves = ("opencl",)
+    file_ext = "cl"
+    dtypes = ("float32",)
+
+    def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
+        plan = lower(prog, DIALECT)
+        src = render(plan, DIALECT, TEMPLATES, "kernel.cl.j2", line=prog.line(), statement=prog.expr.statement())
+        launch = launch_json(prog, plan, "opencl")
+        return Artifact(plan.name, {f"kernel.{self.file_ext}": src}, launch, main_file=f"kernel.{self.file_ext}",
+                        extra={"plan": plan})
+
+    def can_run_here(self) -> bool:
+        from roller.backends.opencl.launcher import available
+
+        return available()
+
+    def why_not_here(self) -> str:
+        from roller.backends.opencl.launcher import why_unavailable
+
+        return why_unavailable()
+
+    def compile(self, art: Artifact, hw, workdir: Path | None = None):  # type: ignore[no-untyped-def]
+        from roller.backends.opencl.launcher import CLRunner
+
+        return CLRunner(art, workdir)
+
+    def check_compiles(self, art: Artifact, hw, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
+        runner = self.compile(art, hw, workdir)
+        return runner.info()
+
+
+BACKEND = OpenCLBackend()

@@ -1,0 +1,156 @@
+"""Running OpenCL kernels through pyopencl.
+
+Device choice is deterministic: ``ROLLER_CL_DEVICE`` ("platform substring[:device index]") when set, else the
+first PoCL platform (Debian's and pip's PoCL can both be installed; sorted by version string so the choice
+does not depend on ICD enumeration order), else the first platform.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roller.backends import Artifact, Runner
+from roller.errors import CompileError, InputError, ToolchainError
+
+_CTX: dict[str, Any] = {}
+
+
+def _cl():  # type: ignore[no-untyped-def]
+    try:
+        import pyopencl as cl
+    except ImportError:
+        raise ToolchainError("pyopencl is not installed: pip install 'roller[opencl]' "
+                             "(and apt-get install pocl-opencl-icd for a CPU device)") from None
+    return cl
+
+
+def pick_device(spec: str | None = None):  # type: ignore[no-untyped-def]
+    cl = _cl()
+    spec = spec if spec is not None else os.environ.get("ROLLER_CL_DEVICE")
+    try:
+        platforms = cl.get_platforms()
+    except cl.LogicError:
+        platforms = []
+    if not platforms:
+        raise ToolchainError("no OpenCL platform found: apt-get install pocl-opencl-icd (or pip install "
+                             "pocl-binary-distribution)")
+    if spec:
+        sub, _, idx = spec.partition(":")
+        for p in platforms:
+            if sub.lower() in (p.name + " " + p.version).lower():
+                devs = p.get_devices()
+                i = int(idx) if idx.isdigit() else 0
+                if i < len(devs):
+                    return devs[i]
+        raise InputError(f"no OpenCL device matches {spec!r} (platforms: "
+                         f"{', '.join(p.name for p in platforms)})", field="ROLLER_CL_DEVICE")
+    pocl = sorted((p for p in platforms if "Portable Computing Language" in p.name), key=lambda p: p.version,
+                  reverse=True)
+    plat = pocl[0] if pocl else platforms[0]
+    return plat.get_devices()[0]
+
+
+def available() -> bool:
+    try:
+        pick_device()
+        return True
+    except Exception:
+        return False
+
+
+def why_unavailable() -> str:
+    try:
+        pick_device()
+        return ""
+    except Exception as err:  # noqa: BLE001 - the reason is the message
+        return str(err)
+
+
+def context(spec: str | None = None):  # type: ignore[no-untyped-def]
+    cl = _cl()
+    key = spec or os.environ.get("ROLLER_CL_DEVICE", "")
+    if key not in _CTX:
+        dev = pick_device(spec)
+        ctx = cl.Context([dev])
+        queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        _CTX[key] = (ctx, queue, dev)
+    return _CTX[key]
+
+
+class CLRunner(Runner):
+    def __init__(self, art: Artifact, workdir: Path | None = None, device: str | None = None) -> None:
+        cl = _cl()
+        self.art = art
+        self.ctx, self.queue, self.dev = context(device)
+        src = art.source
+        self.options = ["-cl-fast-relaxed-math"] if os.environ.get("ROLLER_CL_FAST_MATH") == "1" else []
+        try:
+            self.program = cl.Program(self.ctx, src).build(options=self.options)
+        except cl.RuntimeError as err:
+            path = _keep_source(art, workdir)
+            log = str(err).strip()
+            repro = (f"python -c \"import pyopencl as cl; ctx=cl.create_some_context(False); "
+                     f"cl.Program(ctx, open({str(path)!r}).read()).build()\"")
+            raise CompileError(f"OpenCL build of {art.kernel_name} failed\n{log}\nkernel: {path}\n"
+                               f"repro: {repro}") from None
+        self.kernel = getattr(self.program, art.kernel_name)
+        launch = art.launch
+        self.global_size = (launch["global_size"][0],)
+        self.local_size = (launch["block"][0],)
+        self.args = launch["arguments"]
+
+    def info(self) -> dict[str, Any]:
+        cl = _cl()
+        wg = cl.kernel_work_group_info
+        return {"device": self.dev.name, "local_mem_bytes": self.kernel.get_work_group_info(wg.LOCAL_MEM_SIZE, self.dev),
+                "private_mem_bytes": self.kernel.get_work_group_info(wg.PRIVATE_MEM_SIZE, self.dev),
+                "max_work_group_size": self.kernel.get_work_group_info(wg.WORK_GROUP_SIZE, self.dev)}
+
+    def _buffers(self, inputs: list[np.ndarray], out: np.ndarray | None):  # type: ignore[no-untyped-def]
+        cl = _cl()
+        mf = cl.mem_flags
+        bufs = []
+        for spec, arr in zip(self.args[:-1], inputs):
+            a = np.ascontiguousarray(arr, dtype=np.float32)
+            bufs.append(cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a))
+        oshape = tuple(self.args[-1]["shape"])
+        host = out if out is not None else np.empty(oshape, dtype=np.float32)
+        obuf = cl.Buffer(self.ctx, mf.WRITE_ONLY, size=max(4, host.nbytes))
+        return bufs, obuf, host
+
+    def _launch(self, bufs, obuf):  # type: ignore[no-untyped-def]
+        return self.kernel(self.queue, self.global_size, self.local_size, *bufs, obuf)
+
+    def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        cl = _cl()
+        bufs, obuf, host = self._buffers(inputs, out)
+        self._launch(bufs, obuf)
+        cl.enqueue_copy(self.queue, host, obuf)
+        self.queue.finish()
+        return host
+
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+        bufs, obuf, _ = self._buffers(inputs, None)
+        for _ in range(warmup):
+            self._launch(bufs, obuf).wait()
+        times = []
+        for _ in range(repeat):
+            ev = self._launch(bufs, obuf)
+            ev.wait()
+            times.append((ev.profile.end - ev.profile.start) * 1e-9)
+        return statistics.median(times)
+
+
+def _keep_source(art: Artifact, workdir: Path | None) -> Path:
+    folder = workdir or Path(tempfile.mkdtemp(prefix="roller-cl-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / art.main_file
+    path.write_text(art.source)
+    return path
+
+
