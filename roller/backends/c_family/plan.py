@@ -104,6 +104,7 @@ class KernelPlan:
     reduce_guard: str  # C condition: the step point is inside the reduction
     smem_bytes: int
     params: list[tuple[str, str, bool]]  # (name, ctype, is_output)
+    blocked: bool = False  # threads own contiguous runs (CPU SIMD within a thread) instead of strided ones
     notes: list[str] = field(default_factory=list)
 
 
@@ -149,7 +150,9 @@ def render_body(e: Expr, d: Dialect, read: Callable[[Read], str]) -> str:
     raise TypeError(e)
 
 
-def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None) -> KernelPlan:
+def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool = False) -> KernelPlan:
+    """The kernel plan of ``prog``. ``blocked`` gives each thread a contiguous run of each axis (what a CPU
+    vectorises inside one work-item) instead of the strided ownership that coalesces GPU warps."""
     expr = prog.expr
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
@@ -253,7 +256,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None) -> KernelP
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
         reduce_op=expr.reduce_op, acc_init=init, combine=combine, body=body, out_index=out_index,
-        pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params)
+        pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
+        blocked=blocked)
 
 
 def var_global(ax: str) -> str:
