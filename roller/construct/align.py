@@ -56,8 +56,6 @@ def block_sizes(extent: int, base: int, align: int, eps: float) -> list[int]:
             out.append(s)
     if extent % base == 0 and extent not in out and extent >= base:
         out.append(extent)
-    if not out and padding_ok(step, extent, 1e9):
-        out.append(step)  # the aligned minimum, even when it pads: there is no other choice
     return sorted(set(out))
 
 

@@ -46,9 +46,11 @@ def _lowest_reuse_axis(geo: TileGeometry, block: tuple[int, ...], transaction: i
     q0 = geo.total_traffic(block, transaction)
     best: tuple[float, int] | None = None
     for i, (s, r) in enumerate(zip(block, geo.reduce_mask)):
-        if r or s <= 1:
+        a = align.get(geo.axis_names[i], 1)
+        # Rule (b) still holds after shrinking: an aligned axis is not cut below its alignment.
+        if r or s <= 1 or (a > 1 and s // 2 < a):
             continue
-        half = block[:i] + (_half(s, align.get(geo.axis_names[i], 1)),) + block[i + 1:]
+        half = block[:i] + (_half(s, a),) + block[i + 1:]
         cost = geo.total_traffic(half, transaction) - q0
         if best is None or cost < best[0]:
             best = (cost, i)
