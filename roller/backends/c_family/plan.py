@@ -265,7 +265,8 @@ def var_global(ax: str) -> str:
 
 
 def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
-    if t.view is not None:
+    # A view that is a plain row-major reshape (the weight of an implicit GEMM) needs no decode.
+    if t.view is not None and not t.view.is_reshape():
         v = t.view
         subs = [list(reversed(dim)) for dim in v.dims]
         src = [_affine_c(i, lambda a: f"rl_v_{a}") for i in v.index]

@@ -1,0 +1,27 @@
+"""Run one op's top-1 OpenCL kernel on the Oclgrind simulator and check it (used by test_oclgrind.py in a
+subprocess, because Oclgrind reports invalid accesses and races on stderr)."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+import roller
+import roller.hw as H
+from roller.backends import get
+from roller.construct import construct
+from roller.ir import load_op
+from roller.numpy_reference import random_inputs
+
+op = load_op(json.loads(sys.argv[1]))
+hw = H.load(sys.argv[2])
+be = get("opencl")
+x = random_inputs(op, seed=3)
+prog = construct(op, hw)[0]
+art = be.render(prog, hw)
+if "--drop-barriers" in sys.argv:  # negative control: the simulator must then report a race
+    art.files[art.main_file] = "\n".join(line for line in art.source.splitlines() if "barrier(" not in line)
+y = be.compile(art, hw)([x[t.name] for t in op.inputs])
+ok = np.allclose(y, roller.reference(op, x), rtol=1e-4, atol=1e-4)
+print(json.dumps({"ok": bool(ok), "program": prog.line()}))
