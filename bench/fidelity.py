@@ -1,0 +1,148 @@
+"""Model fidelity: how well the micro-performance model ranks the top-10 candidates, measured on a device.
+
+For every op of a suite: construct the top-10 from a description, time all ten on the local device (OpenCL on
+PoCL here; ``--backend cuda`` on a GPU), and report per op the model's rank of the fastest candidate, top-1 /
+best time, and Spearman's rank correlation between predicted and measured times. In total: the share of ops
+whose top-1 is within 10% of the best, the median top-1 / best, the median Spearman, and the geomean and worst
+model error (max(predicted/measured, measured/predicted)), grouped by op kind and by the named bottleneck.
+
+    python bench/fidelity.py --hw pocl-cpu [--suite bench/suites/scaled.json] [--json out.json] [--md out.md]
+
+The JSON holds one record per op (``{"hw", "op", "kind", "measured_ms", "predicted_ms", ...}``): the format
+``roller compare --measured`` reads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+
+import roller.hw as H
+from roller.backends import get
+from roller.construct import construct
+from roller.ir import load_ops
+from roller.numpy_reference import random_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    r = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    if len(a) < 2:
+        return 1.0
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    if va == 0 or vb == 0:
+        return 1.0 if va == vb else 0.0
+    return cov / (va * vb)
+
+
+def measure(op, hw, be, k: int, repeat: int) -> list[dict]:  # type: ignore[no-untyped-def]
+    x = random_inputs(op, seed=0)
+    args = [x[t.name] for t in op.inputs]
+    rows = []
+    for rank, p in enumerate(construct(op, hw, top_k=k), 1):
+        runner = be.compile(be.render(p, hw), hw)
+        runner(args)
+        rows.append({"rank": rank, "program": p.line(), "predicted_ms": p.prediction.time_ms,
+                     "bottleneck": p.prediction.bottleneck,
+                     "measured_ms": runner.time(args, repeat=repeat, warmup=1) * 1e3})
+    return rows
+
+
+def summarize(records: list[dict]) -> dict:
+    within = [r["top1_over_best"] <= 1.10 for r in records]
+    errs = [r["model_error"] for r in records]
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    by_bottleneck: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        by_kind[r["kind"]].append(r["model_error"])
+        by_bottleneck[r["bottleneck"]].append(r["model_error"])
+    gm = lambda xs: math.exp(statistics.mean(math.log(x) for x in xs))  # noqa: E731
+    return {
+        "ops": len(records),
+        "top1_within_10pct_share": sum(within) / len(records),
+        "median_top1_over_best": statistics.median(r["top1_over_best"] for r in records),
+        "median_spearman": statistics.median(r["spearman"] for r in records),
+        "geomean_model_error": gm(errs),
+        "worst_model_error": max(errs),
+        "model_error_by_kind": {k: gm(v) for k, v in sorted(by_kind.items())},
+        "model_error_by_bottleneck": {k: gm(v) for k, v in sorted(by_bottleneck.items())},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hw", default="pocl-cpu", help="description name or YAML (e.g. one from roller hw probe)")
+    ap.add_argument("--backend", default=None)
+    ap.add_argument("--suite", default=str(ROOT / "bench/suites/scaled.json"))
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", help="write per-op records and the summary here")
+    ap.add_argument("--md", help="write the markdown summary here")
+    args = ap.parse_args()
+    hw = H.load(args.hw)
+    from roller.backends import for_hw
+
+    be = get(args.backend) if args.backend else for_hw(hw)
+    records = []
+    t0 = time.perf_counter()
+    for op in load_ops(args.suite):
+        rows = measure(op, hw, be, args.top_k, args.repeat)
+        meas = [r["measured_ms"] for r in rows]
+        pred = [r["predicted_ms"] for r in rows]
+        best = min(range(len(rows)), key=lambda i: meas[i])
+        rec = {"hw": hw.name, "op": op.name, "kind": op.kind, "candidates": rows,
+               "predicted_ms": pred[0], "measured_ms": meas[0], "best_ms": meas[best],
+               "rank_of_best": best + 1, "top1_over_best": meas[0] / meas[best],
+               "spearman": spearman(pred, meas), "bottleneck": rows[0]["bottleneck"],
+               "model_error": max(pred[0] / meas[0], meas[0] / pred[0])}
+        records.append(rec)
+        print(f"{op.name:24s} rank-of-best {rec['rank_of_best']:2d}  top1/best {rec['top1_over_best']:.2f}  "
+              f"spearman {rec['spearman']:+.2f}  model error x{rec['model_error']:.1f}", flush=True)
+    summary = summarize(records)
+    summary["seconds"] = time.perf_counter() - t0
+    lines = [f"Model fidelity on {hw.name} ({be.name}), {summary['ops']} ops, top-{args.top_k}:", "",
+             "| metric | value |", "|---|---|",
+             f"| top-1 within 10% of best | {summary['top1_within_10pct_share']:.0%} |",
+             f"| median top-1 / best | {summary['median_top1_over_best']:.2f} |",
+             f"| median Spearman (predicted vs measured) | {summary['median_spearman']:.2f} |",
+             f"| geomean model error | x{summary['geomean_model_error']:.2f} |",
+             f"| worst model error | x{summary['worst_model_error']:.1f} |", "",
+             "Model error by op kind: " + ", ".join(f"{k} x{v:.1f}" for k, v in
+                                                    summary["model_error_by_kind"].items()),
+             "Model error by bottleneck: " + ", ".join(f"{k} x{v:.1f}" for k, v in
+                                                       summary["model_error_by_bottleneck"].items())]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.md:
+        Path(args.md).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
+
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""``roller hw``: list, show, validate and probe hardware descriptions.
+
+Also the shared ``--hw NAME|FILE`` / ``--set KEY=VALUE`` options that ``build`` and ``run`` reuse:
+``add_hw_arguments(parser)`` and ``hw_from_args(args)``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import yaml
+
+from roller import hw
+from roller.errors import InputError, RollerError
+from roller.hw.loader import format_size
+
+# -- shared options -------------------------------------------------------------------------------------------
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="hw_overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one value of the description, e.g. parallelism.warp_size=64 or "
+                             "memory[1].capacity_per_block_bytes=32KiB (repeatable)")
+
+
+def add_hw_arguments(parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None) -> None:
+    """Add ``--hw NAME|FILE`` and the repeatable ``--set KEY=VALUE`` to a subcommand's parser."""
+    names = ", ".join(hw.list_bundled())
+    parser.add_argument("--hw", dest="hw", metavar="NAME|FILE", required=required and default is None,
+                        default=default, help=f"hardware description: a bundled name ({names}) or a YAML file")
+    add_set_argument(parser)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
+    return hw.parse_overrides(getattr(args, "hw_overrides", None) or [])
+
+
+def hw_from_args(args: argparse.Namespace) -> hw.HardwareDesc:
+    """The description named by ``--hw`` with the ``--set`` overrides applied (InputError on any problem)."""
+    name = getattr(args, "hw", None)
+    if not name:
+        raise InputError("missing --hw NAME|FILE (bundled: " + ", ".join(hw.list_bundled()) + ")")
+    return hw.load(name, overrides=overrides_from_args(args))
+
+
+# -- subcommands ----------------------------------------------------------------------------------------------
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("hw", help="list, show, validate and probe hardware descriptions",
+                            description="Hardware descriptions (YAML): bundled ones live in roller/hwdesc.")
+    hsub = parser.add_subparsers(dest="hw_command", metavar="ACTION", parser_class=type(parser))
+    parser.set_defaults(func=lambda args: _help(parser))
+
+    p = hsub.add_parser("list", help="table of the bundled descriptions and their key numbers")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_list)
+
+    p = hsub.add_parser("show", help="print one description, normalized (sizes in bytes, defaults resolved)")
+    p.add_argument("target", metavar="NAME|FILE")
+    p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    add_set_argument(p)
+    p.set_defaults(func=cmd_show)
+
+    p = hsub.add_parser("validate", help="check description files; exit 2 if any is invalid")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    add_set_argument(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = hsub.add_parser("probe", help="measure the local OpenCL device and write a description (< 1 minute)")
+    p.add_argument("-o", "--output", metavar="FILE", default="-", help="where to write the YAML (default: stdout)")
+    p.add_argument("--name", default=None, help="the description's name (default: the output file's stem)")
+    p.add_argument("--device", default=None, metavar="PLATFORM[:INDEX]",
+                   help="OpenCL platform substring and device index (default: $ROLLER_CL_DEVICE, else PoCL, "
+                        "else the first platform)")
+    p.add_argument("--quick", action="store_true", help="small sizes and few runs (a few seconds, noisier)")
+    p.set_defaults(func=cmd_probe)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _row(d: hw.HardwareDesc) -> dict[str, Any]:
+    g = d.memory[0]
+    block = next((m for m in d.memory if m.scope == "block"), None)
+    fp32 = d.compute["float32"].vector
+    matrix = max((c.matrix.effective_tflops for c in d.compute.values() if c.matrix is not None), default=None)
+    return {
+        "name": d.name, "backend": d.backend, "target": d.target, "units": d.parallelism.compute_units,
+        "warp": d.parallelism.warp_size, "mem_bytes": g.capacity_bytes,
+        "mem_gbps": g.bandwidth_effective_gbps, "smem_per_block_bytes": block.capacity_per_block_bytes if block else None,
+        "smem_gbps": block.bandwidth_effective_gbps if block else None,
+        "fp32_tflops": fp32.effective_tflops, "matrix_tflops": matrix, "layers": len(d.memory),
+    }
+
+
+def _fmt_num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4g}" if x < 1000 else f"{x:.0f}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = [_row(hw.load(name)) for name in hw.list_bundled()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = ["NAME", "BACKEND", "TARGET", "UNITS", "WARP", "MEMORY", "MEM GB/s", "SMEM/BLOCK", "SMEM GB/s",
+              "FP32 TFLOP/s", "MATRIX TFLOP/s"]
+    table = [header]
+    for r in rows:
+        table.append([r["name"], r["backend"], r["target"], str(r["units"]), str(r["warp"]),
+                      format_size(r["mem_bytes"]) if r["mem_bytes"] % 2**20 == 0 else f"{r['mem_bytes'] / 1e9:.3g}GB",
+                      _fmt_num(r["mem_gbps"]), format_size(r["smem_per_block_bytes"]),
+                      _fmt_num(r["smem_gbps"]), _fmt_num(r["fp32_tflops"]), _fmt_num(r["matrix_tflops"])])
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    numeric = set(range(3, len(header)))
+    for row in table:
+        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
+    print("effective values (measured or derated); sizes per block; `roller hw show NAME` for everything",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    d = hw.load(args.target, overrides=overrides_from_args(args))
+    data = d.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"# {d.source} (content hash {d.content_hash()[:16]})")
+    print(yaml.safe_dump(_human_sizes(data), sort_keys=False, width=110), end="")
+    return 0
+
+
+def _human_sizes(data: Any, key: str = "") -> Any:
+    if isinstance(data, dict):
+        return {k: _human_sizes(v, k) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_human_sizes(v, key) for v in data]
+    if key.startswith("capacity") and isinstance(data, int):
+        text = format_size(data)
+        return data if text == str(data) else text
+    return data
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    overrides = overrides_from_args(args)
+    failed = 0
+    for path in args.files:
+        try:
+            d = hw.load(path, overrides=overrides)
+        except RollerError as err:
+            failed += 1
+            print(f"roller: error: {err}", file=sys.stderr)
+            continue
+        print(f"ok  {path}  ({d.summary()})")
+    return 2 if failed else 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from roller.hw import probe
+
+    out = args.output
+    name = args.name or (os.path.splitext(os.path.basename(out))[0] if out != "-" else "probed-opencl")
+    name = "".join(c if (c.isalnum() or c in "-_.") else "-" for c in name).strip("-_.") or "probed-opencl"
+    result = probe.probe(quick=args.quick, device_spec=args.device)
+    text = result.to_yaml(name)
+    # The result must load back; a failure here is a bug in the probe, not bad input.
+    d = hw.load_text(text, out if out != "-" else "<probe>")
+    if out == "-":
+        sys.stdout.write(text)
+    else:
+        directory = os.path.dirname(os.path.abspath(out))
+        fd, tmp = tempfile.mkstemp(prefix=".probe-", suffix=".yaml", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, out)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        print(f"roller hw probe: wrote {out} ({d.summary()}) in {result.seconds:.1f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,53 @@
+"""Hardware descriptions: one YAML file per accelerator (roller/hwdesc/*.yaml), loaded into frozen objects.
+
+>>> from roller import hw
+>>> v100 = hw.load("v100")                       # bundled name, or a path to a YAML file
+>>> v100.layer("shared").capacity_per_block_bytes
+49152
+"""
+from __future__ import annotations
+
+from roller.hw.desc import (
+    BACKENDS,
+    DTYPES,
+    SCOPES,
+    ComputePeak,
+    DtypeCompute,
+    HardwareDesc,
+    MatrixInstruction,
+    MemoryLayer,
+    Parallelism,
+)
+from roller.hw.loader import (
+    BUNDLED_DIR,
+    format_size,
+    from_dict,
+    list_bundled,
+    load,
+    load_text,
+    parse_overrides,
+    parse_size,
+)
+
+SCHEMA_PATH = BUNDLED_DIR.parent / "hw" / "schema.json"
+
+__all__ = [
+    "BACKENDS",
+    "BUNDLED_DIR",
+    "DTYPES",
+    "SCHEMA_PATH",
+    "SCOPES",
+    "ComputePeak",
+    "DtypeCompute",
+    "HardwareDesc",
+    "MatrixInstruction",
+    "MemoryLayer",
+    "Parallelism",
+    "format_size",
+    "from_dict",
+    "list_bundled",
+    "load",
+    "load_text",
+    "parse_overrides",
+    "parse_size",
+]

@@ -1,0 +1,210 @@
+"""Typed, frozen view of one hardware description (the YAML files in ``roller/hwdesc``).
+
+Units: sizes in bytes, bandwidth in GB/s (10^9 bytes per second, whole device), compute in TFLOP/s.
+The loader (``roller.hw.loader``) is the only producer; everything device-specific that construction, the
+performance model and the backends read comes from these objects.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from roller.errors import InputError
+
+SCOPES = ("device", "cache", "block", "thread")
+BACKENDS = ("cuda", "hip", "opencl", "poplar")
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int8")
+
+
+class FrozenDict(dict):
+    """A dict that cannot be changed after construction and can be hashed (keeps dataclasses frozen)."""
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("hardware descriptions are read-only")
+
+    __setitem__ = __delitem__ = _readonly  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __ior__ = _readonly  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+    def __reduce__(self) -> tuple:
+        return (FrozenDict, (dict(self),))
+
+
+@dataclass(frozen=True)
+class MemoryLayer:
+    """One level of the memory hierarchy; ``memory[0]`` is the outermost (DRAM/HBM, exchange)."""
+
+    name: str
+    scope: str                               # device | cache | block | thread
+    capacity_bytes: int | None               # whole layer on the device (device / cache scope)
+    capacity_per_unit_bytes: int | None      # per SM / CU / tile / core (block, thread; optional for cache)
+    capacity_per_block_bytes: int | None     # what one block/work-group may use (block scope)
+    capacity_per_thread_bytes: int | None    # what one thread may use (thread scope: registers)
+    bandwidth_peak_gbps: float               # whole device, GB/s
+    bandwidth_effective_gbps: float          # whole device, GB/s, measured or derated; <= peak
+    transaction_bytes: int                   # smallest access the layer serves
+    line_bytes: int                          # coalescing unit / cache line / one row of banks
+    banks: int | None = None                 # block scope: number of banks
+    bank_width_bytes: int | None = None      # block scope: bytes per bank per cycle
+
+    @property
+    def capacity(self) -> int:
+        """What one consumer of this layer can hold: device/cache total, per block, or per thread."""
+        if self.scope == "block":
+            return int(self.capacity_per_block_bytes or 0)
+        if self.scope == "thread":
+            return int(self.capacity_per_thread_bytes or 0)
+        return int(self.capacity_bytes or 0)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    compute_units: int              # SMs, CUs, IPU tiles, CPU cores
+    sub_partitions: int             # warp schedulers / SIMDs per unit
+    warp_size: int                  # threads issued together (32 NVIDIA, 64 CDNA, 1 IPU, SIMD lanes on a CPU)
+    max_threads_per_block: int
+    max_threads_per_unit: int
+    max_blocks_per_unit: int
+    registers_per_unit: int         # 32-bit registers per unit
+    max_registers_per_thread: int
+    register_tile_budget: int       # elements of the register tile one thread may hold (ROLLER reg_cap[1])
+    hardware_threads_per_unit: int | None = None   # IPU worker contexts per tile (6); None elsewhere
+
+    @property
+    def max_warps_per_unit(self) -> int:
+        return self.max_threads_per_unit // self.warp_size
+
+
+@dataclass(frozen=True)
+class ComputePeak:
+    peak_tflops: float
+    effective_tflops: float
+
+
+@dataclass(frozen=True)
+class DtypeCompute:
+    vector: ComputePeak
+    matrix: ComputePeak | None = None
+
+
+@dataclass(frozen=True)
+class MatrixInstruction:
+    name: str
+    shape: tuple[int, int, int]     # (m, n, k)
+    input_dtype: str
+    accumulator_dtype: str
+
+
+@dataclass(frozen=True)
+class HardwareDesc:
+    name: str
+    vendor: str
+    backend: str                    # cuda | hip | opencl | poplar
+    target: str                     # sm_90, gfx906, ipu2, pocl-cpu ...
+    memory: tuple[MemoryLayer, ...]             # outermost first, len >= 2
+    parallelism: Parallelism
+    compute: Mapping[str, DtypeCompute]         # keyed by dtype name (a read-only dict)
+    matrix_instructions: tuple[MatrixInstruction, ...] = ()
+    notes: str = ""
+    source: str = field(default="", compare=False)   # path of the YAML (not part of equality or hash)
+
+    # -- conveniences used by construction and the model ------------------------------------------
+    def layer(self, name: str | int) -> MemoryLayer:
+        """The memory layer with this name (or index)."""
+        if isinstance(name, int):
+            return self.memory[name]
+        for layer in self.memory:
+            if layer.name == name:
+                return layer
+        names = ", ".join(layer.name for layer in self.memory)
+        raise KeyError(f"{self.name} has no memory layer {name!r} (layers: {names})")
+
+    def layer_index(self, name: str) -> int:
+        return self.memory.index(self.layer(name))
+
+    def bandwidth(self, i: int | str, *, peak: bool = False) -> float:
+        """Bandwidth of memory layer ``i`` (index or name) in bytes/s, whole device; effective by default."""
+        layer = self.layer(i)
+        gbps = layer.bandwidth_peak_gbps if peak else layer.bandwidth_effective_gbps
+        return gbps * 1e9
+
+    def peak_flops(self, dtype: str = "float32", matrix: bool = False, *, peak: bool = False) -> float:
+        """Compute throughput in FLOP/s (effective by default) for ``dtype`` on vector or matrix units."""
+        entry = self.compute.get(dtype)
+        if entry is None:
+            have = ", ".join(self.compute)
+            raise InputError(f"{self.name} has no compute entry for dtype {dtype!r} (has: {have})")
+        unit = entry.matrix if matrix else entry.vector
+        if unit is None:
+            raise InputError(f"{self.name} has no matrix units for dtype {dtype!r}")
+        return (unit.peak_tflops if peak else unit.effective_tflops) * 1e12
+
+    def has_matrix(self, dtype: str) -> bool:
+        entry = self.compute.get(dtype)
+        return entry is not None and entry.matrix is not None
+
+    def matrix_instructions_for(self, input_dtype: str) -> tuple[MatrixInstruction, ...]:
+        return tuple(mi for mi in self.matrix_instructions if mi.input_dtype == input_dtype)
+
+    def iter_layers(self) -> Iterator[tuple[int, MemoryLayer]]:
+        return iter(enumerate(self.memory))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normalized description in the YAML's shape (sizes in bytes); ``load`` accepts it back."""
+        memory = []
+        for layer in self.memory:
+            d: dict[str, Any] = {"name": layer.name, "scope": layer.scope}
+            for key in ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
+                        "capacity_per_thread_bytes"):
+                value = getattr(layer, key)
+                if value is not None:
+                    d[key] = value
+            d["bandwidth_gbps"] = {"peak": layer.bandwidth_peak_gbps,
+                                   "effective": layer.bandwidth_effective_gbps}
+            d["transaction_bytes"] = layer.transaction_bytes
+            d["line_bytes"] = layer.line_bytes
+            if layer.banks is not None:
+                d["banks"] = layer.banks
+            if layer.bank_width_bytes is not None:
+                d["bank_width_bytes"] = layer.bank_width_bytes
+            memory.append(d)
+        par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
+        if par["hardware_threads_per_unit"] is None:
+            del par["hardware_threads_per_unit"]
+        compute: dict[str, Any] = {}
+        for dtype, entry in self.compute.items():
+            c: dict[str, Any] = {"vector": {"peak_tflops": entry.vector.peak_tflops,
+                                            "effective_tflops": entry.vector.effective_tflops}}
+            if entry.matrix is not None:
+                c["matrix"] = {"peak_tflops": entry.matrix.peak_tflops,
+                               "effective_tflops": entry.matrix.effective_tflops}
+            compute[dtype] = c
+        out: dict[str, Any] = {"name": self.name, "vendor": self.vendor, "backend": self.backend,
+                               "target": self.target}
+        if self.notes:
+            out["notes"] = self.notes
+        out["memory"] = memory
+        out["parallelism"] = par
+        out["compute"] = compute
+        out["matrix_instructions"] = [
+            {"name": mi.name, "shape": list(mi.shape), "input_dtype": mi.input_dtype,
+             "accumulator_dtype": mi.accumulator_dtype} for mi in self.matrix_instructions]
+        return out
+
+    def content_hash(self) -> str:
+        """Stable hex digest of the normalized description (notes and source excluded), for cache keys."""
+        data = self.to_dict()
+        data.pop("notes", None)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def summary(self) -> str:
+        p = self.parallelism
+        return (f"{self.name} ({self.backend} {self.target}): {p.compute_units} units, warp {p.warp_size}, "
+                f"{len(self.memory)} memory layers ({' > '.join(m.name for m in self.memory)})")

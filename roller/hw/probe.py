@@ -1,0 +1,393 @@
+"""``roller hw probe``: the paper's one-time profiling of a device, for the local OpenCL device (pyopencl).
+
+Micro-benchmarks measure what OpenCL does not report (global-memory bandwidth with a copy kernel, local-memory
+bandwidth with a kernel that reads and writes ``__local`` arrays, FP32 throughput with independent FMA chains on
+vector types); everything else comes from device queries. Each measurement is the median of several timed runs
+(``effective``) and the best run (``peak``), so ``effective <= peak`` always holds. The result is a YAML
+description that ``roller.hw.load`` accepts.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from roller.errors import ToolchainError
+
+POCL_PLATFORM = "Portable Computing Language"
+
+_COPY_SRC = r"""
+__kernel void copy(__global const float4 *restrict src, __global float4 *restrict dst) {
+    size_t i = get_global_id(0);
+    dst[i] = src[i];
+}
+"""
+
+# Each work-item owns K float4 slots of a __local array (stride = work-group size), reads all of them with four
+# independent accumulators and writes two rotating slots back per iteration (so nothing can be hoisted).
+_LOCAL_SRC = r"""
+#define K 16
+__kernel void lmem(__global float *out, int iters, __local float4 *buf) {
+    const int lid = get_local_id(0);
+    const int n = get_local_size(0);
+    for (int j = 0; j < K; ++j) buf[lid + j * n] = (float4)(lid + j);
+    float4 a0 = (float4)(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    for (int it = 0; it < iters; ++it) {
+        #pragma unroll
+        for (int j = 0; j < K; j += 4) {
+            a0 += buf[lid + j * n];
+            a1 += buf[lid + (j + 1) * n];
+            a2 += buf[lid + (j + 2) * n];
+            a3 += buf[lid + (j + 3) * n];
+        }
+        buf[lid + (it & (K - 1)) * n] = a0 + a1;
+        buf[lid + ((it + 7) & (K - 1)) * n] = a2 - a3;
+    }
+    const float4 acc = a0 + a1 + a2 + a3;
+    out[get_global_id(0)] = acc.x + acc.y + acc.z + acc.w;
+}
+"""
+LOCAL_BYTES_PER_ITER = 16 * 16 + 2 * 16   # K float4 reads + 2 float4 writes per work-item and iteration
+
+# CHAINS independent FMA chains on floatW vectors, unrolled; 2 * W * CHAINS * UNROLL FLOP per iteration.
+_FLOPS_SRC = r"""
+#define VT float{W}
+__kernel void flops(__global float *out, int iters, float s) {{
+    const float g = (float)get_global_id(0) * 1e-7f;
+    const VT m = (VT)(s);
+    const VT c = (VT)(0.999f);
+{decl}
+    for (int it = 0; it < iters; ++it) {{
+#pragma unroll
+        for (int u = 0; u < {U}; ++u) {{
+{body}
+        }}
+    }}
+    VT r = {total};
+    out[get_global_id(0)] = {reduce};
+}}
+"""
+
+
+@dataclass
+class ProbeResult:
+    """What the probe found; ``to_yaml()`` writes it as a hardware description."""
+
+    platform: str
+    device: str
+    driver: str
+    device_type: str
+    compute_units: int
+    clock_mhz: int
+    max_work_group_size: int
+    local_mem_bytes: int
+    local_mem_is_global: bool
+    global_mem_bytes: int
+    cacheline_bytes: int
+    cache_bytes: int
+    vector_width: int
+    warp_size: int
+    vector_registers: int
+    native_vector_width: int = 1
+    fp32_vector_width: int = 0
+    global_gbps: list[float] = field(default_factory=list)
+    local_gbps: list[float] = field(default_factory=list)
+    fp32_tflops: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_yaml(self, name: str = "probed-opencl") -> str:
+        return _render_yaml(self, name)
+
+
+def _progress(msg: str, stream: Any = None) -> None:
+    print(f"roller hw probe: {msg}", file=stream or sys.stderr, flush=True)
+
+
+def _import_cl() -> Any:
+    try:
+        import pyopencl as cl
+    except ImportError as err:
+        raise ToolchainError(f"pyopencl is not installed ({err}); install it with "
+                             "`pip install pyopencl` (and an OpenCL driver, e.g. `apt-get install pocl-opencl-icd`)") \
+            from None
+    return cl
+
+
+def choose_device(cl: Any = None, spec: str | None = None) -> Any:
+    """Pick the device: ``spec`` or $ROLLER_CL_DEVICE ("platform_substring[:index]"), else PoCL, else the first."""
+    cl = cl or _import_cl()
+    try:
+        platforms = cl.get_platforms()
+    except (cl.Error, RuntimeError) as err:  # raised when no ICD/platform is installed
+        raise ToolchainError(f"no OpenCL platform found ({err}); install one, e.g. `apt-get install "
+                             "pocl-opencl-icd`") from None
+    if not platforms:
+        raise ToolchainError("no OpenCL platform found; install one, e.g. `apt-get install pocl-opencl-icd`")
+    spec = spec if spec is not None else os.environ.get("ROLLER_CL_DEVICE")
+    index = 0
+    if spec:
+        sub, _, idx = spec.partition(":")
+        matching = [p for p in platforms if sub.lower() in p.name.lower()]
+        if not matching:
+            names = ", ".join(p.name for p in platforms)
+            raise ToolchainError(f"no OpenCL platform matches {sub!r} (platforms: {names})")
+        platform = matching[0]
+        index = int(idx) if idx.isdigit() else 0
+    else:
+        pocl = [p for p in platforms if POCL_PLATFORM in p.name]
+        platform = (pocl or platforms)[0]
+    devices = platform.get_devices()
+    if not devices:
+        raise ToolchainError(f"OpenCL platform {platform.name!r} has no devices")
+    if index >= len(devices):
+        raise ToolchainError(f"OpenCL platform {platform.name!r} has {len(devices)} device(s), no index {index}")
+    return devices[index]
+
+
+def _time(queue: Any, launch: Callable[[], Any], runs: int, cl: Any) -> list[float]:
+    """Seconds per run; event profiling when available, wall clock otherwise."""
+    launch().wait()   # warm-up (compilation of the work-group function, page faults)
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        ev = launch()
+        ev.wait()
+        wall = time.perf_counter() - t0
+        try:
+            dt = (ev.profile.end - ev.profile.start) * 1e-9
+        except (cl.Error, RuntimeError):  # profiling not available on this queue
+            dt = 0.0
+        out.append(dt if dt > 0 else wall)
+    return out
+
+
+def _flops_source(width: int, chains: int, unroll: int) -> str:
+    decl = "\n".join(f"    VT a{i} = (VT)(g + {i}.0f);" for i in range(chains))
+    body = "\n".join(f"            a{i} = fma(a{i}, m, c);" for i in range(chains))
+    total = " + ".join(f"a{i}" for i in range(chains))
+    comps = [f"r.s{i:x}" for i in range(width)] if width > 1 else ["r"]
+    return _FLOPS_SRC.format(W=width if width > 1 else "", decl=decl, body=body, total=total,
+                             reduce=" + ".join(comps), U=unroll)
+
+
+def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[str], None] | None = None) \
+        -> ProbeResult:
+    """Measure the local OpenCL device. ``quick`` uses small sizes and few runs (for tests, a few seconds)."""
+    cl = _import_cl()
+    log = log or _progress
+    start = time.perf_counter()
+    dev = choose_device(cl, device_spec)
+    log(f"[1/4] device: {dev.name.strip()} ({dev.platform.name.strip()})")
+    ctx = cl.Context([dev])
+    try:
+        queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    except (cl.Error, RuntimeError):
+        queue = cl.CommandQueue(ctx)
+    res = _query(cl, dev)
+    runs = 3 if quick else 11
+    options = ["-cl-fast-relaxed-math"]
+
+    # -- global memory: copy kernel --------------------------------------------------------------------------
+    mib = 32 if quick else 256
+    nbytes = min(mib * 2**20, dev.max_mem_alloc_size // 2, dev.global_mem_size // 8)
+    nbytes -= nbytes % (16 * 1024)
+    log(f"[2/4] global-memory bandwidth: copying {nbytes // 2**20} MiB, {runs} runs")
+    prog = cl.Program(ctx, _COPY_SRC).build(options=options)
+    copy = cl.Kernel(prog, "copy")
+    mf = cl.mem_flags
+    src = cl.Buffer(ctx, mf.READ_ONLY, nbytes)
+    dst = cl.Buffer(ctx, mf.WRITE_ONLY, nbytes)
+    cl.enqueue_fill_buffer(queue, src, b"\x00\x00\x80\x3f", 0, nbytes).wait()
+    cl.enqueue_fill_buffer(queue, dst, b"\x00\x00\x00\x00", 0, nbytes).wait()
+    copy.set_args(src, dst)
+    n4 = nbytes // 16
+    wg = _work_group(dev, n4)
+    times = _time(queue, lambda: cl.enqueue_nd_range_kernel(queue, copy, (n4,), (wg,)), runs, cl)
+    res.global_gbps = [2 * nbytes / t / 1e9 for t in times]
+    log(f"      median {statistics.median(res.global_gbps):.1f} GB/s, best {max(res.global_gbps):.1f} GB/s")
+    src.release()
+    dst.release()
+
+    # -- local memory ----------------------------------------------------------------------------------------
+    k = 16
+    lwg = max(1, min(64 if res.device_type == "cpu" else 256, dev.max_work_group_size,
+                     dev.local_mem_size // (k * 16 * 2) or 1))
+    groups = res.compute_units * (4 if quick else 16)
+    iters = 256 if quick else 16384
+    log(f"[3/4] local-memory bandwidth: {groups} work-groups of {lwg}, {iters} iterations, {runs} runs")
+    prog = cl.Program(ctx, _LOCAL_SRC).build(options=options)
+    lmem = cl.Kernel(prog, "lmem")
+    out = cl.Buffer(ctx, mf.WRITE_ONLY, groups * lwg * 4)
+    lmem.set_args(out, _np_int(iters), cl.LocalMemory(lwg * k * 16))
+    times = _time(queue, lambda: cl.enqueue_nd_range_kernel(queue, lmem, (groups * lwg,), (lwg,)), runs, cl)
+    moved = groups * lwg * iters * LOCAL_BYTES_PER_ITER
+    res.local_gbps = [moved / t / 1e9 for t in times]
+    log(f"      median {statistics.median(res.local_gbps):.1f} GB/s, best {max(res.local_gbps):.1f} GB/s")
+
+    # -- FP32 FMA chains on vector types; the best of a few vector widths ---------------------------------------
+    chains, unroll = 8, 2
+    fwg = max(1, min(64 if res.device_type == "cpu" else 256, dev.max_work_group_size))
+    fgroups = res.compute_units * (2 if quick else 32)
+    fiters = 256 if quick else 16384
+    widths = sorted({w for w in (4, 8, res.vector_width, res.native_vector_width) if w in (4, 8, 16)})
+    log(f"[4/4] FP32 throughput: {chains} FMA chains on float{'/float'.join(map(str, widths))}, "
+        f"{fgroups} work-groups of {fwg}")
+    fout = cl.Buffer(ctx, mf.WRITE_ONLY, fgroups * fwg * 4)
+    best: list[float] = []
+    for width in widths:
+        prog = cl.Program(ctx, _flops_source(width, chains, unroll)).build(options=options)
+        flops_k = cl.Kernel(prog, "flops")
+        flops_k.set_args(fout, _np_int(fiters), _np_float(0.5))
+        times = _time(queue, lambda k=flops_k: cl.enqueue_nd_range_kernel(queue, k, (fgroups * fwg,), (fwg,)),
+                      runs, cl)
+        flop = fgroups * fwg * fiters * unroll * chains * width * 2
+        got = [flop / t / 1e12 for t in times]
+        log(f"      float{width}: median {statistics.median(got) * 1e3:.1f} GFLOP/s, "
+            f"best {max(got) * 1e3:.1f} GFLOP/s")
+        if not best or statistics.median(got) > statistics.median(best):
+            best, res.fp32_vector_width = got, width
+    res.fp32_tflops = best
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def _np_int(x: int) -> Any:
+    import numpy as np
+    return np.int32(x)
+
+
+def _np_float(x: float) -> Any:
+    import numpy as np
+    return np.float32(x)
+
+
+def _work_group(dev: Any, n: int) -> int:
+    wg = min(256, dev.max_work_group_size)
+    while n % wg:
+        wg //= 2
+    return max(wg, 1)
+
+
+def _query(cl: Any, dev: Any) -> ProbeResult:
+    dtype = dev.type
+    kind = "gpu" if dtype & cl.device_type.GPU else "cpu" if dtype & cl.device_type.CPU else "accelerator"
+    vec = max(1, int(getattr(dev, "preferred_vector_width_float", 1) or 1))
+    native = max(vec, int(getattr(dev, "native_vector_width_float", 1) or 1))
+    vendor = (dev.vendor or "").lower()
+    if kind == "gpu":
+        warp = 32 if "nvidia" in vendor else 64 if ("amd" in vendor or "advanced micro" in vendor) else vec
+        vregs = 64
+    else:
+        # PoCL vectorises work-items across SIMD lanes: the preferred float width is the schedulable unit.
+        warp = vec
+        vregs = 32 if native >= 16 else 16     # AVX-512: 32 zmm; AVX2/SSE/NEON-class: 16
+    return ProbeResult(
+        platform=dev.platform.name.strip(), device=dev.name.strip(), driver=str(dev.driver_version).strip(),
+        device_type=kind, compute_units=int(dev.max_compute_units), clock_mhz=int(dev.max_clock_frequency or 0),
+        max_work_group_size=int(dev.max_work_group_size), local_mem_bytes=int(dev.local_mem_size),
+        local_mem_is_global=dev.local_mem_type == cl.device_local_mem_type.GLOBAL,
+        global_mem_bytes=int(dev.global_mem_size), cacheline_bytes=int(dev.global_mem_cacheline_size or 64),
+        cache_bytes=int(dev.global_mem_cache_size or 0), vector_width=vec, warp_size=warp, vector_registers=vregs,
+        native_vector_width=native)
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}" if x < 1000 else f"{x:.0f}"
+
+
+def _render_yaml(r: ProbeResult, name: str) -> str:
+    from roller.hw.loader import format_size
+
+    med = statistics.median
+    gl_peak, gl_eff = max(r.global_gbps), med(r.global_gbps)
+    lo_peak, lo_eff = max(r.local_gbps), med(r.local_gbps)
+    fp_peak, fp_eff = max(r.fp32_tflops), med(r.fp32_tflops)
+    warp = r.warp_size
+    max_block = r.max_work_group_size - r.max_work_group_size % warp
+    regs = r.vector_registers                      # registers per work-item (one SIMD lane of each register)
+    regs_per_unit = regs * warp
+    reg_bw = r.compute_units * (r.clock_mhz or 1000) * 1e6 * 2 * 3 * warp * 4 / 1e9
+    line = _pow2_floor(r.cacheline_bytes)
+    local = r.local_mem_bytes
+    lines = []
+    w = lines.append
+    today = datetime.date.today().isoformat()
+    target = "pocl-cpu" if POCL_PLATFORM in r.platform and r.device_type == "cpu" else \
+        re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"opencl-{r.device_type}").strip("-")
+    local_note = ("Local memory is ordinary cached RAM (OpenCL reports local memory type GLOBAL): a work-group's "
+                  "__local buffer lives in the caches of the core that runs it, so its capacity is the driver's "
+                  "local_mem_size (the per-core L2 on PoCL) and tiles sized to it stay cache-resident. "
+                  if r.local_mem_is_global else "")
+    w(f"# Written by `roller hw probe` on {today} in {r.seconds:.1f} s.")
+    w(f"# Device: {r.device} | platform: {r.platform} | driver: {r.driver}")
+    w("# 'measured' = micro-benchmark (peak = best run, effective = median); 'queried' = clGetDeviceInfo;")
+    w("# 'derived' = arithmetic on queried values (formula given); 'assumed' = a heuristic, edit if you know better.")
+    w(f"name: {name}")
+    w("vendor: " + ("pocl" if POCL_PLATFORM in r.platform else _yaml_str(r.platform.split()[0].lower())))
+    w("backend: opencl")
+    w(f"target: {target}")
+    w("notes: " + _yaml_str(
+        f"Probed {r.device} ({r.platform}). {local_note}Bandwidth and FP32 throughput are measured; register "
+        f"figures assume {regs} vector registers of {warp} float lanes per core."))
+    w("memory:")
+    w("  - name: global")
+    w("    scope: device")
+    w(f"    capacity_bytes: {r.global_mem_bytes}                # queried CL_DEVICE_GLOBAL_MEM_SIZE "
+      f"({format_size(r.global_mem_bytes)})")
+    w(f"    bandwidth_gbps: {{peak: {_g(gl_peak)}, effective: {_g(gl_eff)}}}   # measured: float4 copy kernel")
+    w(f"    transaction_bytes: {line}                         # queried CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE")
+    w(f"    line_bytes: {line}                                # queried CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE")
+    w("  - name: local")
+    w("    scope: block")
+    w(f"    capacity_per_unit_bytes: {format_size(local)}         # queried CL_DEVICE_LOCAL_MEM_SIZE")
+    w(f"    capacity_per_block_bytes: {format_size(local)}        # queried CL_DEVICE_LOCAL_MEM_SIZE")
+    w(f"    bandwidth_gbps: {{peak: {_g(lo_peak)}, effective: {_g(lo_eff)}}}   # measured: __local read+write kernel")
+    if r.device_type == "cpu":
+        w("    transaction_bytes: 4                          # assumed: one float")
+        w(f"    line_bytes: {line}                                # queried cache line")
+        w("    banks: 1                                      # assumed: cached RAM has no banks; bank alignment")
+        w(f"    bank_width_bytes: {line}                          # degenerates to cache-line alignment")
+    else:
+        w("    transaction_bytes: 4                          # assumed")
+        w("    line_bytes: 128                               # assumed: 32 banks x 4 B")
+        w("    banks: 32                                     # assumed")
+        w("    bank_width_bytes: 4                           # assumed")
+    w("  - name: private")
+    w("    scope: thread")
+    w(f"    capacity_per_unit_bytes: {regs_per_unit * 4}              # derived {regs} registers x {warp} lanes x 4 B")
+    w(f"    capacity_per_thread_bytes: {regs * 4}               # derived {regs} registers x 4 B per work-item")
+    w(f"    bandwidth_gbps: {{peak: {_g(reg_bw)}, effective: {_g(reg_bw)}}}   # derived {r.compute_units} units x "
+      f"{r.clock_mhz} MHz x 2 FMA x 3 operands x {warp} lanes x 4 B")
+    w("    transaction_bytes: 4")
+    w("    line_bytes: 4")
+    w("parallelism:")
+    w(f"  compute_units: {r.compute_units}                        # queried CL_DEVICE_MAX_COMPUTE_UNITS")
+    w("  sub_partitions: 1                                # assumed: one work-group per unit at a time")
+    w(f"  warp_size: {warp}                                # queried CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT "
+      "(work-items are vectorised across lanes)" if r.device_type == "cpu" else
+      f"  warp_size: {warp}                                # assumed from the vendor")
+    w(f"  max_threads_per_block: {max_block}                  # queried CL_DEVICE_MAX_WORK_GROUP_SIZE")
+    w(f"  max_threads_per_unit: {max_block}                   # queried CL_DEVICE_MAX_WORK_GROUP_SIZE")
+    w("  max_blocks_per_unit: 1                           # assumed: one work-group per unit at a time")
+    w(f"  registers_per_unit: {regs_per_unit}                    # derived {regs} x {warp} lanes")
+    w(f"  max_registers_per_thread: {regs}                  # assumed ISA vector registers")
+    w(f"  register_tile_budget: {max(1, regs * 3 // 4)}                      # assumed 3/4 of the registers")
+    w("compute:")
+    w(f"  float32: {{vector: {{peak_tflops: {fp_peak:.6g}, effective_tflops: {fp_eff:.6g}}}}}   "
+      f"# measured: float{r.fp32_vector_width} FMA chains")
+    w("matrix_instructions: []")
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,96 @@
+"""`roller hw probe` on the local OpenCL device (PoCL in CI): the file validates and the numbers are plausible."""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from roller import hw
+from roller.cli.main import main
+
+cl = pytest.importorskip("pyopencl")
+
+
+def _device():
+    try:
+        platforms = cl.get_platforms()
+    except (cl.Error, RuntimeError):  # no ICD loader / no platform
+        platforms = []
+    if not platforms:
+        pytest.skip("no OpenCL platform present")
+    from roller.hw.probe import choose_device
+
+    return choose_device(cl)
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    dev = _device()
+    out = tmp_path_factory.mktemp("probe") / "local-cpu.yaml"
+    code = main(["hw", "probe", "--quick", "-o", str(out)])
+    assert code == 0
+    return dev, out
+
+
+def test_probe_writes_a_valid_description(probed, capsys):
+    dev, out = probed
+    d = hw.load(str(out))
+    assert d.name == "local-cpu" and d.backend == "opencl"
+    assert main(["hw", "validate", str(out)]) == 0
+    text = out.read_text()
+    assert "measured" in text and "queried" in text
+    assert d.parallelism.compute_units == dev.max_compute_units
+    assert d.memory[0].capacity_bytes == dev.global_mem_size
+    assert d.memory[1].capacity_per_block_bytes == dev.local_mem_size
+    assert d.parallelism.max_threads_per_block <= dev.max_work_group_size
+
+
+def test_probe_numbers_are_plausible(probed):
+    dev, out = probed
+    d = hw.load(str(out))
+    clock_hz = (dev.max_clock_frequency or 5000) * 1e6
+    lanes = max(dev.native_vector_width_float, dev.preferred_vector_width_float, 1)
+    # FMA = 2 FLOP, at most 2 FMA pipes per unit, turbo up to 2x the reported clock
+    flops_limit = dev.max_compute_units * clock_hz * 2 * lanes * 2 * 2
+    fp32 = d.compute["float32"].vector
+    assert 0 < fp32.effective_tflops <= fp32.peak_tflops
+    assert fp32.peak_tflops * 1e12 <= flops_limit
+    for layer in d.memory[:2]:
+        assert 0 < layer.bandwidth_effective_gbps <= layer.bandwidth_peak_gbps
+        assert layer.bandwidth_peak_gbps < 10_000        # no CPU moves 10 TB/s
+    assert d.peak_flops("float32") > 0 and d.bandwidth(0) > 0
+
+
+def test_probe_api_quick():
+    _device()
+    from roller.hw import probe
+
+    lines = []
+    res = probe.probe(quick=True, log=lines.append)
+    assert len(lines) >= 4 and lines[0].startswith("[1/4]")
+    assert all(x > 0 for x in res.global_gbps + res.local_gbps + res.fp32_tflops)
+    assert res.seconds < 60
+    d = hw.load_text(res.to_yaml("p"), "p.yaml")
+    assert d.compute["float32"].vector.effective_tflops == pytest.approx(
+        float(f"{statistics.median(res.fp32_tflops):.6g}"))
+
+
+def test_probe_progress_on_stderr(probed, capsys, tmp_path):
+    _device()
+    assert main(["hw", "probe", "--quick"]) == 0
+    captured = capsys.readouterr()
+    assert "[4/4]" in captured.err and captured.out.startswith("# Written by `roller hw probe`")
+    assert hw.load_text(captured.out, "stdout").name == "probed-opencl"
+
+
+def test_device_selection_env(monkeypatch):
+    _device()
+    from roller.errors import ToolchainError
+    from roller.hw.probe import choose_device
+
+    first = cl.get_platforms()[0]
+    monkeypatch.setenv("ROLLER_CL_DEVICE", first.name[:6] + ":0")
+    assert choose_device(cl).platform.name == first.name
+    monkeypatch.setenv("ROLLER_CL_DEVICE", "no-such-platform-xyz")
+    with pytest.raises(ToolchainError, match="no OpenCL platform matches"):
+        choose_device(cl)
