@@ -26,17 +26,20 @@ POOL_FACTOR = 3
 
 
 def levels(hw: HardwareDesc) -> tuple[int, int]:
-    """(block level, thread level): the tile levels staged into the first block-scope layer and into the
-    thread-scope (register) layer."""
+    """(block level, thread level): the tile levels staged into the block's layer and into the thread-scope
+    (register) layer. The block's layer is the first 'block'-scope layer (shared memory, LDS, tile SRAM), or,
+    without one, the innermost 'cache' layer above the registers (a CPU's cache holding the block's tile)."""
     scopes = [m.scope for m in hw.memory]
     if scopes[-1] != "thread":
         raise InputError(f"{hw.name}: the innermost memory layer must have scope 'thread' (registers)",
                          source=hw.source or None, field=f"memory[{len(scopes) - 1}].scope")
-    if "block" not in scopes:
-        raise InputError(f"{hw.name}: construction needs a memory layer with scope 'block' "
-                         "(shared memory, LDS, local memory or tile SRAM)", source=hw.source or None,
-                         field="memory")
-    return scopes.index("block") - 1, len(scopes) - 2
+    if "block" in scopes:
+        return scopes.index("block") - 1, len(scopes) - 2
+    if len(scopes) >= 3 and scopes[-2] == "cache":
+        return len(scopes) - 3, len(scopes) - 2
+    raise InputError(f"{hw.name}: construction needs a memory layer with scope 'block' (shared memory, LDS, "
+                     "local memory or tile SRAM) or a 'cache' layer just above the registers",
+                     source=hw.source or None, field="memory")
 
 
 def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k: int = 10,
@@ -55,8 +58,9 @@ def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k
     for eps in EPSILONS:
         search.steps = 0
         search.visited.clear()
-        start = tuple(1 for _ in geo.extents)
-        search.enlarge_thread(start, eps, thread_start_sizes(geo, eps))
+        sizes = thread_start_sizes(geo, eps, search.thread_align)
+        start = tuple(s[0] for s in sizes)
+        search.enlarge_thread(start, eps, sizes)
         if len(search.found) >= pool:
             break
     if not search.found:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from roller.construct.align import (block_sizes, storage_padding, thread_sizes, transaction_alignment,
-                                    warp_multiple)
+from roller.construct.align import (block_sizes, padding_ok, storage_padding, thread_sizes,
+                                    transaction_alignment, warp_multiple)
 from roller.hw import HardwareDesc
 from roller.model.micro import registers_per_thread
 from roller.model.traffic import TileGeometry
@@ -52,6 +52,12 @@ class Search:
         self.outer = hw.memory[self.block_level]
         self.reg_layer = hw.memory[self.thread_level + 1]
         self.align = transaction_alignment(self.geo.expr, self.outer)
+        # Rule (b) between the block layer and the registers too: on a CPU that layer is a cache whose
+        # 64-byte lines are also the SIMD width, so a thread's innermost run fills whole vectors.
+        self.thread_align = transaction_alignment(self.geo.expr, self.smem)
+        # A hardware-managed layer (scope 'cache', e.g. PoCL's local memory, which is plain cached RAM) is
+        # not staged into: threads read through it, so a block walks the whole reduction in one step.
+        self.cached = self.smem.scope == "cache"
         self.peak = _peak(hw, self.geo.expr)
         self.bw_outer = hw.bandwidth(self.block_level)
         self.bw_smem = hw.bandwidth(self.thread_level)
@@ -103,7 +109,9 @@ class Search:
         geo = self.geo
         sizes: list[list[int]] = []
         for i, (name, ext, red) in enumerate(zip(geo.axis_names, geo.extents, geo.reduce_mask)):
-            if red:
+            if red and self.cached:
+                sizes.append([ext])
+            elif red:
                 sizes.append(block_sizes(ext, 1, self.align.get(name, 1), eps))
             else:
                 sizes.append(block_sizes(ext, thread[i], self.align.get(name, 1), eps))
@@ -117,7 +125,9 @@ class Search:
         self.enlarge_block(thread, start, eps, sizes, border)
 
     def padding_for(self, block: Tile) -> dict[str, int]:
-        pads = {}
+        pads: dict[str, int] = {}
+        if self.smem.scope != "block":
+            return pads
         for x in self.geo.inputs:
             reg = self.geo.region(x, block)
             if len(reg) > 1:
@@ -137,6 +147,12 @@ class Search:
         if self.smem.scope == "block":
             cap = self.smem.capacity_per_block_bytes or 0
             if self.geo.footprint(block, self.padding_for(block)) > cap:
+                return False
+        elif self.cached and self.threads(thread, block) > 1:
+            # What a block touches over its whole reduction should stay resident in its unit's share of the
+            # cache. A cache never refuses data, so a one-thread block is always allowed (it only misses).
+            cap = self.smem.capacity_per_unit_bytes or (self.smem.capacity_bytes or 0) // par.compute_units
+            if self.geo.footprint(self.geo.full_reduce(block)) > cap:
                 return False
         regs = registers_per_thread(self.geo, thread)
         return regs * n <= par.registers_per_unit
@@ -202,8 +218,19 @@ class Search:
         return [n for _, _, n in scored]
 
 
-def thread_start_sizes(geo: TileGeometry, eps: float) -> list[list[int]]:
-    return [[1] if r else thread_sizes(e, eps) for e, r in zip(geo.extents, geo.reduce_mask)]
+def thread_start_sizes(geo: TileGeometry, eps: float, align: dict[str, int] | None = None) -> list[list[int]]:
+    """Register-tile sizes per axis; an axis aligned to the block layer's transactions (rule b) gets
+    multiples of that alignment (when the axis is long enough for one)."""
+    out = []
+    for name, e, r in zip(geo.axis_names, geo.extents, geo.reduce_mask):
+        a = (align or {}).get(name, 1)
+        if r:
+            out.append([1])
+        elif a > 1 and e >= a:
+            out.append([a * m for m in (1, 2, 3, 4) if padding_ok(a * m, e, eps)] or [a])
+        else:
+            out.append(thread_sizes(e, eps))
+    return out
 
 
 def _peak(hw: HardwareDesc, expr) -> float:

@@ -105,6 +105,8 @@ class KernelPlan:
     smem_bytes: int
     params: list[tuple[str, str, bool]]  # (name, ctype, is_output)
     blocked: bool = False  # threads own contiguous runs (CPU SIMD within a thread) instead of strided ones
+    reduce_points: int = 1  # unstaged reductions: every point of the reduction, walked by each thread
+    reduce_decode: list[tuple[str, int, int]] = field(default_factory=list)  # (axis, divisor, extent)
     notes: list[str] = field(default_factory=list)
 
 
@@ -150,13 +152,20 @@ def render_body(e: Expr, d: Dialect, read: Callable[[Read], str]) -> str:
     raise TypeError(e)
 
 
-def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool = False) -> KernelPlan:
-    """The kernel plan of ``prog``. ``blocked`` gives each thread a contiguous run of each axis (what a CPU
-    vectorises inside one work-item) instead of the strided ownership that coalesces GPU warps."""
+def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None) -> KernelPlan:
+    """The kernel plan of ``prog``.
+
+    When the block's layer is a scratchpad (scope 'block': shared memory, LDS) each reduction step is staged
+    into it; when it is a cache (scope 'cache': a CPU's L2 under PoCL) threads read through it directly, and
+    each thread owns a contiguous run of every axis (``blocked``), which is what a CPU compiler turns into
+    SIMD inside one work-item; on GPUs threads own strided runs, which is what coalesces a warp."""
     expr = prog.expr
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
-    staged = bool(expr.reduce_axes)
+    scratchpad = prog.scopes[prog.block_level + 1] == "block"
+    staged = bool(expr.reduce_axes) and scratchpad
+    if blocked is None:
+        blocked = not scratchpad
 
     spatial: list[AxisPlan] = []
     reduce: list[AxisPlan] = []
@@ -230,8 +239,11 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                     terms.append(expr_c)
                 read_exprs[(t.name, idx)] = d.to_acc.format(x=f"{tp.smem}[{' + '.join(terms) or '0'}]")
         else:
+            # Without staging, padded points of a partial block would read past a tensor's end through a
+            # plain spatial index: clamp those (their results are never stored), guard the rest.
+            clamp = {a.name: a.extent for a in expr.spatial_axes} if expr.reduce_axes else {}
             for idx in accs:
-                read_exprs[(t.name, idx)] = _global_read(tp, idx, var_global, expr.pad_value, d)
+                read_exprs[(t.name, idx)] = _global_read(tp, idx, var_global, expr.pad_value, d, clamp)
         inputs.append(tp)
 
     body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)])
@@ -249,8 +261,14 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                         if ax.extent % ax.block) or ""
     params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
              [(expr.output.name, d.ctype[expr.output.dtype], True)]
+    red_div = 1
+    reduce_decode = []
+    for ax in reversed(reduce):
+        reduce_decode.insert(0, (ax.name, red_div, ax.extent))
+        red_div *= ax.extent
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
+        reduce_points=red_div, reduce_decode=reduce_decode,
         spatial=spatial, reduce=reduce, inputs=inputs, output=out, staged=staged,
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
@@ -276,22 +294,47 @@ def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
 
 
 def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float,
-                 d: Dialect) -> str:
-    """A guarded read straight from global memory (ops without reduction stage nothing)."""
+                 d: Dialect, clamp: dict[str, int] | None = None) -> str:
+    """A read straight from global memory: plain indices of clamped axes are clamped into range, other
+    indices that can leave the tensor are guarded and read as the pad value."""
+    if tp.view is not None:
+        return _view_read(tp, idx, var, pad, d, clamp)
     conds = []
     offs = []
     for dim, i in enumerate(idx):
         c = _affine_c(i, var)
-        lo, hi = i.const, i.const  # bounds can only be violated when the index is not a plain axis
-        if i.plain_axis() is None and (i.terms or not 0 <= lo < tp.sizes[dim]):
+        plain = i.plain_axis()
+        if plain is not None and clamp and plain in clamp:
+            c = f"min({var(plain)}, {clamp[plain] - 1})"
+        elif plain is None and (i.terms or not 0 <= i.const < tp.sizes[dim]):
             conds.append(f"(unsigned)({c}) < {tp.sizes[dim]}u")
         offs.append(f"({c}) * {tp.strides[dim]}" if tp.strides[dim] != 1 else f"({c})")
-        _ = hi
     load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs) or '0'}]")
     if not conds:
         return load
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"
 
 
-def expr_of(prog: RProgram) -> TensorExpr:
-    return prog.expr
+def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float, d: Dialect,
+               clamp: dict[str, int] | None) -> str:
+    """A gathered read (an im2col view) as one expression: the virtual index is decoded into sub-axes inline
+    (the compiler shares the repeated divisions), then the source index is guarded against the pad region."""
+    assert tp.view is not None
+    v = tp.view
+    subs: dict[str, str] = {}
+    for dim, (i, parts) in enumerate(zip(idx, v.subs)):
+        plain = i.plain_axis()
+        virt = f"min({var(plain)}, {clamp[plain] - 1})" if plain and clamp and plain in clamp else _affine_c(i, var)
+        div = 1
+        for name, ext in parts:
+            subs[name] = f"((({virt}) / {div}) % {ext})" if div > 1 else f"(({virt}) % {ext})"
+            div *= ext
+    conds, offs = [], []
+    for dim, e in enumerate(v.src_index):
+        c = e
+        for name, text in sorted(subs.items(), key=lambda kv: -len(kv[0])):
+            c = c.replace(f"rl_v_{name}", text)
+        conds.append(f"(unsigned)({c}) < {v.src_sizes[dim]}u")
+        offs.append(f"({c}) * {v.src_strides[dim]}" if v.src_strides[dim] != 1 else f"({c})")
+    load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs)}]")
+    return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"
