@@ -108,7 +108,7 @@ def test_specific_devices():
     assert gc2.backend == gc200.backend == "poplar" and gc2.target == "ipu1" and gc200.target == "ipu2"
     assert load("v100").parallelism.hardware_threads_per_unit is None
     pocl = load("pocl-cpu")
-    assert pocl.backend == "opencl" and [m.scope for m in pocl.memory] == ["device", "block", "thread"]
+    assert pocl.backend == "opencl" and [m.scope for m in pocl.memory] == ["device", "cache", "thread"]
     assert "cached RAM" in pocl.notes
     assert load("mi50").matrix_instructions == ()
     assert load("a100").matrix_instructions_for("bfloat16")
