@@ -41,7 +41,11 @@ def test_probe_writes_a_valid_description(probed, capsys):
     assert "measured" in text and "queried" in text
     assert d.parallelism.compute_units == dev.max_compute_units
     assert d.memory[0].capacity_bytes == dev.global_mem_size
-    assert d.memory[1].capacity_per_block_bytes == dev.local_mem_size
+    # Local memory that is cached RAM (PoCL) is described as the cache it lives in.
+    if d.memory[1].scope == "cache":
+        assert d.memory[1].capacity_per_unit_bytes == dev.local_mem_size
+    else:
+        assert d.memory[1].capacity_per_block_bytes == dev.local_mem_size
     assert d.parallelism.max_threads_per_block <= dev.max_work_group_size
 
 

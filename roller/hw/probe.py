@@ -347,41 +347,74 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
     w(f"    bandwidth_gbps: {{peak: {_g(gl_peak)}, effective: {_g(gl_eff)}}}   # measured: float4 copy kernel")
     w(f"    transaction_bytes: {line}                         # queried CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE")
     w(f"    line_bytes: {line}                                # queried CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE")
-    w("  - name: local")
-    w("    scope: block")
-    w(f"    capacity_per_unit_bytes: {format_size(local)}         # queried CL_DEVICE_LOCAL_MEM_SIZE")
-    w(f"    capacity_per_block_bytes: {format_size(local)}        # queried CL_DEVICE_LOCAL_MEM_SIZE")
-    w(f"    bandwidth_gbps: {{peak: {_g(lo_peak)}, effective: {_g(lo_eff)}}}   # measured: __local read+write kernel")
-    if r.device_type == "cpu":
-        w("    transaction_bytes: 4                          # assumed: one float")
+    cached = r.local_mem_is_global
+    if cached:
+        # Local memory is cached RAM: describe the cache it lives in (scope cache); kernels read through it
+        # instead of staging copies, and each work-item holds its tile in the whole register file.
+        w("  - name: l2")
+        w("    scope: cache")
+        w(f"    capacity_bytes: {format_size(local * r.compute_units)}             # derived {r.compute_units} "
+          f"units x CL_DEVICE_LOCAL_MEM_SIZE")
+        w(f"    capacity_per_unit_bytes: {format_size(local)}         # queried CL_DEVICE_LOCAL_MEM_SIZE "
+          "(the per-core cache on PoCL)")
+        w(f"    bandwidth_gbps: {{peak: {_g(lo_peak)}, effective: {_g(lo_eff)}}}   # measured: __local read+write "
+          "kernel (local memory is this cache)")
+        w(f"    transaction_bytes: {line}                         # queried cache line")
         w(f"    line_bytes: {line}                                # queried cache line")
-        w("    banks: 1                                      # assumed: cached RAM has no banks; bank alignment")
-        w(f"    bank_width_bytes: {line}                          # degenerates to cache-line alignment")
     else:
+        w("  - name: local")
+        w("    scope: block")
+        w(f"    capacity_per_unit_bytes: {format_size(local)}         # queried CL_DEVICE_LOCAL_MEM_SIZE")
+        w(f"    capacity_per_block_bytes: {format_size(local)}        # queried CL_DEVICE_LOCAL_MEM_SIZE")
+        w(f"    bandwidth_gbps: {{peak: {_g(lo_peak)}, effective: {_g(lo_eff)}}}   # measured: __local read+write "
+          "kernel")
         w("    transaction_bytes: 4                          # assumed")
         w("    line_bytes: 128                               # assumed: 32 banks x 4 B")
         w("    banks: 32                                     # assumed")
         w("    bank_width_bytes: 4                           # assumed")
+    if cached:
+        # Work-items run one after another on a core, each with the whole register file of `lanes` floats.
+        lanes = max(1, r.native_vector_width)
+        thread_regs = regs * lanes
+        warp = 1
+        max_block = min(256, r.max_work_group_size)
+        regs_per_unit = thread_regs * max_block
+        reg_bw = r.compute_units * (r.clock_mhz or 1000) * 1e6 * 2 * 3 * lanes * 4 / 1e9
     w("  - name: private")
     w("    scope: thread")
-    w(f"    capacity_per_unit_bytes: {regs_per_unit * 4}              # derived {regs} registers x {warp} lanes x 4 B")
-    w(f"    capacity_per_thread_bytes: {regs * 4}               # derived {regs} registers x 4 B per work-item")
+    if cached:
+        w(f"    capacity_per_unit_bytes: {regs_per_unit * 4}              # derived 4 x registers_per_unit")
+        w(f"    capacity_per_thread_bytes: {thread_regs * 4}               # derived {regs} vector registers x "
+          f"{lanes} lanes x 4 B (one work-item's view)")
+    else:
+        w(f"    capacity_per_unit_bytes: {regs_per_unit * 4}              # derived {regs} registers x {warp} "
+          "lanes x 4 B")
+        w(f"    capacity_per_thread_bytes: {regs * 4}               # derived {regs} registers x 4 B per work-item")
     w(f"    bandwidth_gbps: {{peak: {_g(reg_bw)}, effective: {_g(reg_bw)}}}   # derived {r.compute_units} units x "
-      f"{r.clock_mhz} MHz x 2 FMA x 3 operands x {warp} lanes x 4 B")
+      f"{r.clock_mhz} MHz x 2 FMA x 3 operands x {lanes if cached else warp} lanes x 4 B")
     w("    transaction_bytes: 4")
     w("    line_bytes: 4")
     w("parallelism:")
     w(f"  compute_units: {r.compute_units}                        # queried CL_DEVICE_MAX_COMPUTE_UNITS")
     w("  sub_partitions: 1                                # assumed: one work-group per unit at a time")
-    w(f"  warp_size: {warp}                                # queried CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT "
-      "(work-items are vectorised across lanes)" if r.device_type == "cpu" else
-      f"  warp_size: {warp}                                # assumed from the vendor")
-    w(f"  max_threads_per_block: {max_block}                  # queried CL_DEVICE_MAX_WORK_GROUP_SIZE")
-    w(f"  max_threads_per_unit: {max_block}                   # queried CL_DEVICE_MAX_WORK_GROUP_SIZE")
-    w("  max_blocks_per_unit: 1                           # assumed: one work-group per unit at a time")
-    w(f"  registers_per_unit: {regs_per_unit}                    # derived {regs} x {warp} lanes")
-    w(f"  max_registers_per_thread: {regs}                  # assumed ISA vector registers")
-    w(f"  register_tile_budget: {max(1, regs * 3 // 4)}                      # assumed 3/4 of the registers")
+    if cached:
+        w("  warp_size: 1                                     # a work-item is a whole SIMD thread (lanes inside it)")
+        w(f"  max_threads_per_block: {max_block}                  # assumed: practical range 64-256 (hardware.md 4)")
+        w(f"  max_threads_per_unit: {max_block}                   # assumed: one work-group per unit at a time")
+        w("  max_blocks_per_unit: 1                           # assumed: one work-group per unit at a time")
+        w(f"  registers_per_unit: {regs_per_unit}                    # derived {thread_regs} x {max_block}: "
+          "work-items run one after another, so this never binds")
+        w(f"  max_registers_per_thread: {thread_regs}                  # derived {regs} registers x {lanes} lanes")
+        w(f"  register_tile_budget: {max(1, thread_regs * 3 // 8)}                      # assumed 3/8 of them "
+          "for the tile")
+    else:
+        w(f"  warp_size: {warp}                                # assumed from the vendor")
+        w(f"  max_threads_per_block: {max_block}                  # queried CL_DEVICE_MAX_WORK_GROUP_SIZE")
+        w(f"  max_threads_per_unit: {max_block}                   # queried CL_DEVICE_MAX_WORK_GROUP_SIZE")
+        w("  max_blocks_per_unit: 1                           # assumed: one work-group per unit at a time")
+        w(f"  registers_per_unit: {regs_per_unit}                    # derived {regs} x {warp} lanes")
+        w(f"  max_registers_per_thread: {regs}                  # assumed ISA vector registers")
+        w(f"  register_tile_budget: {max(1, regs * 3 // 4)}                      # assumed 3/4 of the registers")
     w("compute:")
     w(f"  float32: {{vector: {{peak_tflops: {fp_peak:.6g}, effective_tflops: {fp_eff:.6g}}}}}   "
       f"# measured: float{r.fp32_vector_width} FMA chains")
