@@ -97,7 +97,10 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
             pos = next(r.pos for r in body_reads if r.tensor == t)
             raise expr_error(ew, text, pos, f"tensor {t!r} has no entry in 'shapes'")
     for t, shp in shapes.items():
-        _check_shape(shp, sw.at(t))
+        if kind == "generic":
+            _check_shape(shp, sw.at(t))
+        elif math.prod(shp) > MAX_ELEMENTS:  # a named op's shapes come from its parameters, not a field
+            raise where.error(f"tensor {t} {list(shp)} has {math.prod(shp)} elements, more than 2^31-1")
         if t != stmt.output and t not in in_names:
             raise sw.at(t).error(f"tensor {t!r} does not appear in the expression")
     for r in body_reads:

@@ -140,8 +140,8 @@ def _conv_common(p: _Params, depthwise: bool) -> Expansion:
             text = f"Y[n,c,h,w] += X[n,c,{hi},{wi}] * W[c,r,s]"
             shapes = {"X": [n, c, h, w], "W": [c, kh, kw], "Y": [n, c, oh, ow]}
         else:
-            text = f"Y[n,h,w,c] += X[n,{hi},{wi},c] * W[r,s,c]"
-            shapes = {"X": [n, h, w, c], "W": [kh, kw, c], "Y": [n, oh, ow, c]}
+            text = f"Y[n,h,w,c] += X[n,{hi},{wi},c] * W[c,r,s]"  # W is [C,KH,KW] in both layouts
+            shapes = {"X": [n, h, w, c], "W": [c, kh, kw], "Y": [n, oh, ow, c]}
     elif layout == "NCHW":
         text = f"Y[n,f,h,w] += X[n,c,{hi},{wi}] * W[f,c,r,s]"
         shapes = {"X": [n, c, h, w], "W": [f, c, kh, kw], "Y": [n, f, oh, ow]}

@@ -181,13 +181,19 @@ class TensorExpr:
         unfused source is what the user wrote)."""
         src = self.source or self
         pad = src.pad_value
-        return {
+        doc = {
             "name": src.name,
             "expr": src.statement(),
             "shapes": {t.name: list(t.storage_shape) for t in src.tensors},
             "dtypes": {t.name: t.dtype for t in src.tensors},
             "pad_value": "-inf" if pad == float("-inf") else ("inf" if pad == float("inf") else pad),
         }
+        # Axes that never index a dimension alone (a pooling window) cannot be inferred from the shapes.
+        plain = {i.plain_axis() for r in reads(src.body) for i in r.index} | {i.plain_axis() for i in src.out_index}
+        hidden = {a.name: a.extent for a in src.axes if a.name not in plain}
+        if hidden:
+            doc["extents"] = hidden
+        return doc
 
     def __str__(self) -> str:
         return self.statement()
