@@ -66,11 +66,24 @@ class TileGeometry:
         """The same spatial tile over the whole reduction: what one tile reads to finish its outputs."""
         return tuple(e if r else t for t, e, r in zip(tile, self.extents, self.reduce_mask))
 
+    def box(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
+        """The region without clipping to the tensor: what a kernel stages, halo beyond the borders included
+        (filled with the pad value). ``region`` clips, which is right for traffic, not for buffer sizes."""
+        out = []
+        for d in t.dims:
+            ext = d.spread + 1
+            for a, c in d.terms:
+                ext += c * (tile[a] - 1)
+            out.append(ext)
+        return tuple(out)
+
     def footprint(self, tile: tuple[int, ...], padding: dict[str, int] | None = None) -> int:
-        """Bytes of the input data tiles staged for one reduction step (storage padding included)."""
+        """Bytes of the input data tiles staged for one reduction step (storage padding included): whole
+        boxes, as the C-family kernels allocate them (a 3x3 convolution's tile covering a 21-pixel-high image
+        stages 23 rows, not 21; hipcc rejected such kernels over the 64 KiB LDS limit before)."""
         total = 0
         for t in self.inputs:
-            reg = self.region(t, tile)
+            reg = self.box(t, tile)
             if padding and padding.get(t.name) and len(reg) > 1:
                 reg = reg[:-1] + (reg[-1] + padding[t.name],)
             total += math.prod(reg) * t.itemsize
