@@ -8,6 +8,7 @@ from typing import Union
 
 from roller.construct.align import EPSILONS
 from roller.construct.enlarge import Candidate, Search, thread_start_sizes
+from roller.construct.matrix import matrix_programs
 from roller.construct.rtile import Prediction, RProgram, RTile, launch_counts
 from roller.construct.scaleout import shrink_for_parallelism
 from roller.errors import InputError
@@ -73,6 +74,9 @@ def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k
         cands += shrink_for_parallelism(geo, hwd, cands, search)
     progs = [_program(expr, geo, hwd, c, block_level, thread_level) for c in cands]
     progs = [p for p in progs if p is not None]
+    # float16 GEMM-shaped ops on a description with warp-level matrix instructions: tensor-core programs
+    # compete with the scalar ones in the same ranking.
+    progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool)
     unique: dict[tuple, RProgram] = {}
     for p in progs:
         unique.setdefault(p.key(), p)

@@ -36,12 +36,27 @@ def registers_per_thread(geo: TileGeometry, thread_tile: tuple[int, ...], acc_by
     return -(-(acc + frags) // 4) + REGISTER_OVERHEAD
 
 
+def matrix_registers_per_thread(geo: TileGeometry, warp_tile: tuple[int, ...], shape: tuple[int, int, int],
+                                lanes: int) -> int:
+    """32-bit registers per lane of a warp that holds ``warp_tile``'s float32 accumulators and one k-step
+    (the instruction's k, ``shape[2]``) of every input's fragments, each spread evenly over the lanes."""
+    step = tuple(shape[2] if r else s for s, r in zip(warp_tile, geo.reduce_mask))
+    acc = -(-geo.output_elems(warp_tile) // lanes)
+    frags = sum(-(-math.prod(geo.region(t, step)) * t.itemsize // (4 * lanes)) for t in geo.inputs)
+    return acc + frags + REGISTER_OVERHEAD
+
+
 def resources(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], ...], block_level: int,
-              thread_level: int, block: int, padding: dict[str, int]) -> Resources:
+              thread_level: int, block: int, padding: dict[str, int], registers: int | None = None,
+              smem_bytes: int | None = None) -> Resources:
+    """Shared memory, registers and occupancy of one block. ``registers`` and ``smem_bytes`` replace the
+    scalar estimates where a program's register tile is not one thread's (the matrix path's warp tiles)."""
     par = hw.parallelism
     staged = hw.memory[block_level + 1]
     smem = geo.footprint(tiles[block_level], padding) if staged.scope == "block" else 0
-    regs = registers_per_thread(geo, tiles[thread_level])
+    if smem_bytes is not None:
+        smem = smem_bytes
+    regs = registers_per_thread(geo, tiles[thread_level]) if registers is None else registers
     limits = [par.max_blocks_per_unit, par.max_threads_per_unit // max(block, 1)]
     per_unit = staged.capacity_per_unit_bytes if staged.scope == "block" else None
     if smem and per_unit:

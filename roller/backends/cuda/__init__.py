@@ -1,0 +1,112 @@
+"""CUDA backend: kernels from the shared C-family plan in CUDA C++, compiled by nvcc (or NVRTC), run through
+CuPy where an NVIDIA GPU is present.
+
+float32 and float16 (and bfloat16) tensors; arithmetic and accumulation in float32. float16/bfloat16
+GEMM-shaped ops constructed with matrix instructions (``RProgram.use_matrix``) get the wmma fragment path.
+Nothing here touches the CUDA driver unless a GPU was detected first (roller/backends/cuda/toolchain.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roller.backends import Artifact, Backend, Runner
+from roller.backends.c_family.launch import launch_json
+from roller.backends.c_family.plan import Dialect, KernelPlan, lower
+from roller.backends.c_family.render import render
+
+if TYPE_CHECKING:
+    from roller.construct.rtile import RProgram
+    from roller.hw import HardwareDesc
+
+TEMPLATES = Path(__file__).parent / "templates"
+#: bytes of static shared memory a block may declare; more must be dynamic, with the opt-in attribute
+STATIC_SMEM_LIMIT = 48 * 1024
+#: byte alignment of each buffer carved out of dynamic shared memory (fragment loads need 32)
+DYN_ALIGN = 128
+
+DIALECT = Dialect(
+    ctype={"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"},
+    funcs={"exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
+           "tanh": "tanhf({0})", "erf": "erff({0})", "sigmoid": "({one} / ({one} + expf(-({0}))))",
+           "relu": "fmaxf({0}, {zero})", "abs": "fabsf({0})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})"},
+    # NVRTC has no math.h: spell infinity by its bits
+    infinity="__int_as_float(0x7f800000)",
+    to_acc="(float)({x})", from_acc="({ctype})({x})")
+
+
+def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[list[tuple[str, str, int]], int]:
+    """(buffers as (name, ctype, byte offset), total bytes) of the staged tiles (and the matrix epilogue's
+    scratch) carved out of one dynamic shared allocation."""
+    out: list[tuple[str, str, int]] = []
+    offset = 0
+    items = [(t.smem, t.ctype, t.smem_elems * _ctype_bytes(t.ctype)) for t in plan.inputs if t.smem]
+    if scratch is not None:
+        items.append((scratch[0], "float", scratch[1] * 4))
+    for name, ctype, nbytes in items:
+        out.append((name, ctype, offset))
+        offset += -(-nbytes // DYN_ALIGN) * DYN_ALIGN
+    return out, offset
+
+
+def _ctype_bytes(ctype: str) -> int:
+    return 4 if ctype == "float" else 2
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    serves = ("cuda",)
+    file_ext = "cu"
+    dtypes = ("float32", "float16", "bfloat16")
+
+    def render(self, prog: "RProgram", hw: "HardwareDesc") -> Artifact:
+        from roller.backends.cuda.matrix import matrix_plan
+
+        plan = lower(prog, DIALECT, blocked=False)
+        mx = matrix_plan(prog, plan, hw)
+        smem = plan.smem_bytes + (mx.scratch_elems * 4 if mx else 0)
+        dyn: list[tuple[str, str, int]] = []
+        dyn_bytes = 0
+        if plan.staged and smem > STATIC_SMEM_LIMIT:
+            dyn, dyn_bytes = dynamic_layout(plan, (mx.scratch, mx.scratch_elems) if mx else None)
+        bf16 = any(t.dtype == "bfloat16" for t in prog.expr.tensors)
+        src = render(plan, DIALECT, TEMPLATES, "kernel.cu.j2", line=prog.line() + (" | wmma" if mx else ""),
+                     statement=prog.expr.statement(), mx=mx, dyn=dyn, bf16=bf16)
+        launch = launch_json(prog, plan, "cuda")
+        launch["shared_bytes"] = dyn_bytes or smem
+        launch["dynamic_shared_bytes"] = dyn_bytes
+        launch["target"] = hw.target
+        launch["matrix"] = ({"m": mx.m, "n": mx.n, "k": mx.k, "a": mx.a_layout, "b": mx.b_layout}
+                            if mx else None)
+        return Artifact(plan.name, {f"kernel.{self.file_ext}": src}, launch, main_file=f"kernel.{self.file_ext}",
+                        extra={"plan": plan, "matrix": mx})
+
+    def can_run_here(self) -> bool:
+        from roller.backends.cuda.toolchain import gpu_present
+
+        return gpu_present()[0]
+
+    def why_not_here(self) -> str:
+        from roller.backends.cuda.toolchain import gpu_present
+
+        return gpu_present()[1]
+
+    def toolchain_version(self) -> str:
+        from roller.backends.cuda.toolchain import version_text
+
+        return version_text()
+
+    def compile(self, art: Artifact, hw: "HardwareDesc", workdir: Path | None = None) -> Runner:
+        from roller.backends.cuda.launcher import CudaRunner
+
+        return CudaRunner(art, workdir)
+
+    def check_compiles(self, art: Artifact, hw: "HardwareDesc", workdir: Path) -> dict[str, Any]:
+        from roller.backends.cuda.toolchain import compile_unit
+
+        result = compile_unit(art.source, hw.target, workdir, art.kernel_name)
+        usage = result.usage[art.kernel_name]
+        return usage.to_json()
+
+
+BACKEND = CudaBackend()
