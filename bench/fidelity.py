@@ -74,7 +74,7 @@ def measure(op, hw, be, k: int, repeat: int) -> list[dict]:  # type: ignore[no-u
         for i, runner in enumerate(runners):
             best[i] = min(best[i], runner.time(args, repeat=repeat, warmup=1))
     return [{"rank": rank, "program": p.line(), "predicted_ms": p.prediction.time_ms,
-             "bottleneck": p.prediction.bottleneck, "measured_ms": t * 1e3}
+             "bottleneck": p.prediction.bottleneck, "measured_ms": t * 1e3, "rprogram": p.to_json()}
             for rank, (p, t) in enumerate(zip(progs, best), 1)]
 
 
