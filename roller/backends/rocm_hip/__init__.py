@@ -1,0 +1,125 @@
+"""HIP backend (ROCm): kernels from the shared C-family plan, compile-checked with hipcc, run through hip-python.
+
+The kernel of an rProgram is the OpenCL one in HIP spelling (same ``KernelPlan``, dialect template
+``templates/kernel.hip.j2``), except float16 GEMM-shaped programs on descriptions that list a float16 matrix
+instruction: those use MFMA (``mfma.py``, ``templates/kernel_mfma.hip.j2``). No AMD GPU is needed to build
+or compile-check; running needs ROCm and hip-python (``launcher.py``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roller.backends import Artifact, Backend, Runner
+from roller.backends.c_family.launch import launch_json
+from roller.backends.c_family.plan import Dialect, lower
+from roller.backends.c_family.render import render
+
+if TYPE_CHECKING:
+    from roller.construct.rtile import RProgram
+    from roller.hw import HardwareDesc
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+# Device math in HIP: the float overloads of the C library (clang's HIP headers map them to OCML).
+# float16 elements are _Float16 (clang's native half type: no header type, and the MFMA builtins take its
+# vectors); they are widened to the float accumulator on load, so all arithmetic is float.
+DIALECT = Dialect(
+    ctype={"float32": "float", "float16": "_Float16"},
+    funcs={"exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
+           "tanh": "tanhf({0})", "erf": "erff({0})", "sigmoid": "({one} / ({one} + expf(-({0}))))",
+           "relu": "fmaxf({0}, {zero})", "abs": "fabsf({0})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})"},
+    to_acc="(float)({x})", from_acc="({ctype})({x})")
+
+
+# Unrolling the reduction-step loop lets the compiler load the next steps' fragments early: each unrolled step
+# keeps one more set of fragments live. Up to this many steps, as far as the registers allow.
+MAX_K_UNROLL = 8
+
+
+def register_cap(block: int, hw: "HardwareDesc") -> int:
+    """Vector registers one lane may use when a block of ``block`` threads is resident: the block's waves
+    share the SIMDs of one unit, each SIMD's register file split among its waves (what the compiler enforces
+    from __launch_bounds__), and no more than a wave can address."""
+    from roller.backends.rocm_hip.hipcc import ARCH_VGPRS
+
+    par = hw.parallelism
+    waves = -(-block // par.warp_size)
+    per_simd = -(-waves // max(1, par.sub_partitions))
+    simd = par.registers_per_unit // max(1, par.sub_partitions) // par.warp_size
+    return min(simd // per_simd, par.max_registers_per_thread, ARCH_VGPRS)
+
+
+def k_unroll(prog: "RProgram", hw: "HardwareDesc") -> int:
+    """How many reduction steps to unroll: the most (a power of two up to MAX_K_UNROLL) whose extra live
+    fragments still fit the lane's register share on top of the model's estimate. Without this, a large
+    register tile unrolled 8 times spilled on gfx906 (119 suite C8 on mi50: 31 VGPRs spilled; unrolled once,
+    79 VGPRs and no spill against the model's 78)."""
+    import math
+
+    from roller.model.traffic import TileGeometry
+
+    geo = TileGeometry(prog.expr)
+    step = tuple(1 if r else s for s, r in zip(prog.thread_tile.shape, geo.reduce_mask))
+    frags = -(-sum(math.prod(geo.region(t, step)) * t.itemsize for t in geo.inputs) // 4)
+    need = prog.prediction.registers_per_thread if prog.prediction else 0
+    cap = register_cap(prog.block, hw)
+    u = MAX_K_UNROLL
+    while u > 1 and need + (u - 1) * frags > cap:
+        u //= 2
+    return u
+
+
+class HipBackend(Backend):
+    name = "hip"
+    serves = ("hip",)
+    file_ext = "hip"
+    dtypes = ("float32", "float16")
+
+    def render(self, prog: "RProgram", hw: "HardwareDesc") -> Artifact:
+        from roller.backends.rocm_hip import mfma
+
+        main = f"kernel.{self.file_ext}"
+        context: dict[str, Any] = {"line": prog.line(), "statement": prog.expr.statement(), "hw_name": hw.name,
+                                   "target": hw.target, "wavefront": hw.parallelism.warp_size,
+                                   "k_unroll": k_unroll(prog, hw)}
+        # Threads own strided runs (what coalesces a wavefront), as on every GPU description.
+        plan = lower(prog, DIALECT, blocked=False)
+        mplan = mfma.plan_for(prog, hw, plan)
+        if mplan is not None:
+            src = render(plan, DIALECT, TEMPLATES, "kernel_mfma.hip.j2", m=mplan, **context)
+        else:
+            src = render(plan, DIALECT, TEMPLATES, "kernel.hip.j2", **context)
+        launch = launch_json(prog, plan, self.name)
+        launch["wavefront_size"] = hw.parallelism.warp_size
+        launch["target"] = hw.target
+        launch["matrix_instruction"] = mplan.instruction.name if mplan is not None else None
+        return Artifact(plan.name, {main: src}, launch, main_file=main, extra={"plan": plan, "mfma": mplan})
+
+    def can_run_here(self) -> bool:
+        from roller.backends.rocm_hip.launcher import available
+
+        return available()
+
+    def why_not_here(self) -> str:
+        from roller.backends.rocm_hip.launcher import why_unavailable
+
+        return why_unavailable()
+
+    def toolchain_version(self) -> str:
+        from roller.backends.rocm_hip.hipcc import version
+
+        return version()
+
+    def compile(self, art: Artifact, hw: "HardwareDesc", workdir: Path | None = None) -> Runner:
+        from roller.backends.rocm_hip.launcher import HipRunner
+
+        return HipRunner(art, hw, workdir)
+
+    def check_compiles(self, art: Artifact, hw: "HardwareDesc", workdir: Path) -> dict[str, Any]:
+        from roller.backends.rocm_hip.hipcc import check_artifacts
+
+        return check_artifacts([art], hw, workdir)[art.kernel_name]
+
+
+BACKEND = HipBackend()
