@@ -1,0 +1,193 @@
+"""Building every op for every device: construction, the model's prediction, and code generation through the
+backend registry, one result record per op x device.
+
+Work is split into (device, chunk of ops) tasks run on a process pool (construction is pure Python, so threads
+would not overlap); each task returns plain dicts, which is all the report needs. A device whose description
+names a backend that is not registered still gets construction and prediction; its code generation column
+says "no backend".
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from roller.compare.facts import program_facts
+
+if TYPE_CHECKING:
+    from roller.hw import HardwareDesc
+    from roller.ir.tensor_expr import TensorExpr
+
+#: codegen statuses; "no backend": the description's backend is not registered (yet)
+CODEGEN_OK, CODEGEN_NONE, CODEGEN_ERROR, CODEGEN_SKIPPED = "ok", "no backend", "error", "skipped"
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (device, ops) task; ``kernels_dir`` receives ``<hw>/<op>/<files>`` when code generation is on."""
+
+    hw: "HardwareDesc"
+    ops: tuple["TensorExpr", ...]
+    top_k: int
+    codegen: bool
+    kernels_dir: str | None
+
+
+def safe_component(name: str) -> str:
+    """``name`` as one path component: kept when it is a plain identifier-like name, else made so."""
+    if _SAFE_NAME.fullmatch(name) and name not in (".", ".."):
+        return name
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", name).lstrip(".") or "_"
+
+
+def backend_for(hw: "HardwareDesc") -> tuple[Any, str]:
+    """(backend or None, why none): the registry's backend serving the description's ``backend`` field."""
+    from roller.backends import for_hw
+    from roller.errors import InputError
+
+    try:
+        return for_hw(hw), ""
+    except InputError as err:
+        return None, err.bare
+    except Exception as err:  # noqa: BLE001 - a backend package that fails to import must not end the report
+        return None, f"backend registry failed: {err.__class__.__name__}: {err}"
+
+
+def build_entry(op: "TensorExpr", hw: "HardwareDesc", top_k: int, backend: Any, codegen: bool,
+                kernels_dir: Path | None) -> dict[str, Any]:
+    """The result record of ``op`` on ``hw``: the model's top-1 rProgram and its code generation."""
+    from roller.construct import construct
+
+    t0 = time.perf_counter()
+    progs = construct(op, hw, top_k=top_k)
+    construction_ms = (time.perf_counter() - t0) * 1e3
+    prog = progs[0]
+    doc = prog.to_json()
+    doc.pop("op")  # the op is described once per op in the report, not per device
+    pred = prog.prediction
+    entry: dict[str, Any] = {
+        "op": op.name, "kind": op.kind, "hw": hw.name,
+        "tiles": doc["tiles"],
+        "tiles_text": " | ".join(f"{t['from']}>{t['to']} {'x'.join(map(str, t['shape']))}" for t in doc["tiles"]),
+        "axes": [a["name"] for a in doc["axes"]],
+        "grid": prog.grid, "block": prog.block, "reduce_threads": prog.reduce_threads,
+        "predicted_ms": pred.time_s * 1e3 if pred else None,
+        "fraction_of_peak": pred.fraction_of_peak if pred else None,
+        "bottleneck": pred.bottleneck if pred else None,
+        "padding_waste": prog.padding_waste,
+        "line": prog.line(),
+        "candidates": len(progs),
+        "construction_ms": construction_ms,
+        "rprogram": doc,
+        "facts": program_facts(prog, hw),
+        "codegen": _codegen(prog, hw, op, backend, codegen, kernels_dir),
+        "measured": None,
+    }
+    return entry
+
+
+def _codegen(prog: Any, hw: "HardwareDesc", op: "TensorExpr", backend: Any, enabled: bool,
+             kernels_dir: Path | None) -> dict[str, Any]:
+    if not enabled:
+        return {"status": CODEGEN_SKIPPED, "backend": backend.name if backend else None}
+    if backend is None:
+        return {"status": CODEGEN_NONE, "backend": None}
+    t0 = time.perf_counter()
+    try:
+        art = backend.render(prog, hw)
+    except Exception as err:  # noqa: BLE001 - one op a backend cannot render is a cell of the report
+        msg = (str(err).strip().splitlines() or [err.__class__.__name__])[0][:300]
+        return {"status": CODEGEN_ERROR, "backend": backend.name, "error": f"{err.__class__.__name__}: {msg}",
+                "ms": (time.perf_counter() - t0) * 1e3}
+    ms = (time.perf_counter() - t0) * 1e3
+    out: dict[str, Any] = {"status": CODEGEN_OK, "backend": backend.name, "main_file": art.main_file,
+                           "files": sorted(art.files), "lines": art.source.count("\n") if art.main_file else None,
+                           "ms": ms, "path": None}
+    if kernels_dir is not None:
+        rel = Path(safe_component(hw.name)) / safe_component(op.name)
+        folder = kernels_dir / rel
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in art.files.items():
+            (folder / safe_component(name)).write_text(text, encoding="utf-8")
+        out["path"] = (Path("kernels") / rel / safe_component(art.main_file or sorted(art.files)[0])).as_posix()
+    return out
+
+
+def run_job(job: Job) -> list[dict[str, Any]]:
+    """Entries of one task, in the order of ``job.ops`` (runs in a worker process)."""
+    backend, _ = backend_for(job.hw)
+    kdir = Path(job.kernels_dir) if job.kernels_dir else None
+    out = []
+    for op in job.ops:
+        try:
+            out.append(build_entry(op, job.hw, job.top_k, backend, job.codegen, kdir))
+        except Exception as err:
+            # Name the op and device: a pool's re-raised error alone would not say which build failed.
+            raise _BuildFailure(op.name, job.hw.name, err, traceback.format_exc()) from None
+    return out
+
+
+class _BuildFailure(Exception):
+    def __init__(self, op: str, hw: str, err: BaseException, tb: str) -> None:
+        super().__init__(op, hw, err, tb)
+        self.op, self.hw, self.err, self.tb = op, hw, err, tb
+
+
+def collect(ops: list["TensorExpr"], devices: list["HardwareDesc"], top_k: int, codegen: bool,
+            kernels_dir: Path | None, jobs: int, on_step: Callable[[int, str], None] | None = None
+            ) -> list[dict[str, Any]]:
+    """Entries for every op x device, ordered op by op (file order), devices in the order given.
+
+    ``on_step(n, note)`` is called as ``n`` more entries are done. ``jobs`` > 1 uses that many processes."""
+    chunk = max(1, min(32, -(-len(ops) // 4)))
+    tasks = [Job(hw, tuple(ops[i:i + chunk]), top_k, codegen, str(kernels_dir) if kernels_dir else None)
+             for hw in devices for i in range(0, len(ops), chunk)]
+    results: dict[int, list[dict[str, Any]]] = {}
+    try:
+        if jobs <= 1 or len(tasks) == 1:
+            for i, task in enumerate(tasks):
+                results[i] = run_job(task)
+                if on_step:
+                    on_step(len(task.ops), task.hw.name)
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+                futures = {pool.submit(run_job, t): i for i, t in enumerate(tasks)}
+                pending = set(futures)
+                from concurrent.futures import FIRST_COMPLETED, wait
+
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        i = futures[f]
+                        results[i] = f.result()
+                        if on_step:
+                            on_step(len(tasks[i].ops), tasks[i].hw.name)
+    except _BuildFailure as fail:
+        from roller.errors import RollerError
+
+        if isinstance(fail.err, RollerError):
+            # Keep the error's class (and exit code); say where it happened.
+            fail.err.args = (f"{fail.op} on {fail.hw}: {fail.err}",) + fail.err.args[1:]
+            raise fail.err from None
+        raise RuntimeError(f"building {fail.op} for {fail.hw} failed:\n{fail.tb}") from None
+    order = {hw.name: i for i, hw in enumerate(devices)}
+    op_index = {op.name: i for i, op in enumerate(ops)}
+    entries = [e for i in sorted(results) for e in results[i]]
+    entries.sort(key=lambda e: (op_index[e["op"]], order[e["hw"]]))
+    return entries
+
+
+def default_jobs() -> int:
+    """Worker processes by default: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(8, n))
