@@ -9,6 +9,7 @@ from typing import Union
 from roller.construct.align import EPSILONS
 from roller.construct.enlarge import Candidate, Search, thread_start_sizes
 from roller.construct.matrix import matrix_programs
+from roller.construct.exchange import exchange_fed
 from roller.construct.rtile import Prediction, RProgram, RTile, launch_counts
 from roller.construct.scaleout import shrink_for_parallelism
 from roller.errors import InputError
@@ -50,9 +51,12 @@ def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k
         raise InputError(f"top_k must be at least 1, got {top_k}")
     hwd = load(hw) if isinstance(hw, str) else hw
     expr = op if isinstance(op, TensorExpr) else load_op(op)
-    expr = prepare(expr, gemm_conv=gemm_conv)
-    geo = TileGeometry(expr)
     block_level, thread_level = levels(hwd)
+    # An exchange copies boxes of a tensor into a unit; the im2col view of an implicit GEMM reads no box (its
+    # bounding box in the source can be several times the region construction counts), so convolutions stay
+    # direct on exchange-fed devices.
+    expr = prepare(expr, gemm_conv=gemm_conv and not exchange_fed(hwd, block_level))
+    geo = TileGeometry(expr)
     itemsize = expr.output.itemsize
     pool = max(top_k * POOL_FACTOR, top_k + 8)
     search = Search(geo, hwd, block_level, thread_level, itemsize, want=pool)
@@ -68,7 +72,7 @@ def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k
         # Nothing fits the description's limits with aligned tiles: fall back to one thread per output
         # element so that every op still compiles (the model will say how slow it is).
         unit = tuple(1 for _ in geo.extents)
-        search.record(unit, unit, EPSILONS[-1], True)
+        search.record(unit, geo.full_reduce(unit) if search.exchange_fed else unit, EPSILONS[-1], True)
     cands = list(search.found)
     if shrink:
         cands += shrink_for_parallelism(geo, hwd, cands, search)

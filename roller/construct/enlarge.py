@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from roller.construct.align import (block_sizes, padding_ok, storage_padding, thread_sizes,
                                     transaction_alignment, warp_multiple)
+from roller.construct.exchange import exchange_fed, on_device, resident_input_bytes, unit_bytes
 from roller.hw import HardwareDesc
 from roller.model.micro import registers_per_thread
 from roller.model.traffic import TileGeometry
@@ -58,6 +59,11 @@ class Search:
         # A hardware-managed layer (scope 'cache', e.g. PoCL's local memory, which is plain cached RAM) is
         # not staged into: threads read through it, so a block walks the whole reduction in one step.
         self.cached = self.smem.scope == "cache"
+        # A unit fed only by an exchange (IPU tiles) receives all data of its outputs before computing: its
+        # block tile spans the reduction, and its memory holds its tensor share and output tiles as well.
+        self.exchange_fed = exchange_fed(hw, self.block_level)
+        self.resident = (resident_input_bytes(self.geo, hw) if self.exchange_fed
+                         and on_device(self.geo, hw, self.block_level) else None)
         self.peak = _peak(hw, self.geo.expr)
         self.bw_outer = hw.bandwidth(self.block_level)
         self.bw_smem = hw.bandwidth(self.thread_level)
@@ -109,7 +115,7 @@ class Search:
         geo = self.geo
         sizes: list[list[int]] = []
         for i, (name, ext, red) in enumerate(zip(geo.axis_names, geo.extents, geo.reduce_mask)):
-            if red and self.cached:
+            if red and (self.cached or self.exchange_fed):
                 sizes.append([ext])
             elif red:
                 sizes.append(block_sizes(ext, 1, self.align.get(name, 1), eps))
@@ -126,7 +132,7 @@ class Search:
 
     def padding_for(self, block: Tile) -> dict[str, int]:
         pads: dict[str, int] = {}
-        if self.smem.scope != "block":
+        if self.smem.scope != "block" or self.exchange_fed:  # the exchange lays regions out densely
             return pads
         for x in self.geo.inputs:
             reg = self.geo.region(x, block)
@@ -144,7 +150,10 @@ class Search:
         n = self.threads(thread, block)
         if n > par.max_threads_per_block:
             return False
-        if self.smem.scope == "block":
+        if self.exchange_fed:
+            if unit_bytes(self.geo, self.hw, block, self.resident) > (self.smem.capacity_per_block_bytes or 0):
+                return False
+        elif self.smem.scope == "block":
             cap = self.smem.capacity_per_block_bytes or 0
             if self.geo.footprint(block, self.padding_for(block)) > cap:
                 return False

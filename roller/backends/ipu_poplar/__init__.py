@@ -1,0 +1,71 @@
+"""Graphcore IPU backend: rPrograms as Poplar graphs.
+
+``render`` lays the rProgram out as a graph plan (``plan.py``: one MultiVertex per block tile, spread over
+the IPU tiles) and writes the codelets, the plan (JSON, and a C++ header the host program builds the graph
+from), the host program and a Makefile (``codegen.py`` with the templates in ``templates/``). Running needs
+the Poplar SDK (``launcher.py``); without it, the codelets can still be compiled and run on the host against
+``standin/poplar_standin.h`` (``hostrun.py``, used by the tests).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from roller.backends import Artifact, Backend, Runner
+from roller.backends.ipu_poplar.codegen import render_all
+from roller.backends.ipu_poplar.plan import plan
+from roller.errors import ToolchainError
+
+
+class PoplarBackend(Backend):
+    name = "poplar"
+    serves = ("poplar",)
+    file_ext = "cpp"
+    dtypes = ("float32",)
+
+    def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
+        gp = plan(prog, hw)
+        files = render_all(gp, prog.expr)
+        expr = prog.expr
+        launch: dict[str, Any] = {
+            "kernel": gp.codelet, "backend": self.name, "target": gp.target,
+            "tiles": gp.tiles, "vertices": gp.vertices, "compute_sets": gp.rounds,
+            "workers_per_vertex": gp.threads,
+            "inputs": [t.name for t in expr.inputs], "output": expr.output.name,
+            "shapes": {t.name: list(t.storage_shape) for t in expr.tensors},
+            "arguments": [{"name": t.name, "role": "input", "shape": list(t.storage_shape), "dtype": t.dtype}
+                          for t in expr.inputs]
+            + [{"name": expr.output.name, "role": "output", "shape": list(expr.output.storage_shape),
+                "dtype": expr.output.dtype}],
+            "build": "make (needs the Poplar SDK: popc, libpoplar)",
+            "run": "./host --device model|ipu --data DIR --codelets codelets.gp",
+            "rprogram": prog.line(),
+        }
+        return Artifact(gp.codelet, files, launch, main_file="codelets.cpp", extra={"plan": gp})
+
+    def can_run_here(self) -> bool:
+        from roller.backends.ipu_poplar.launcher import available
+
+        return available()
+
+    def why_not_here(self) -> str:
+        from roller.backends.ipu_poplar.launcher import why_unavailable
+
+        return why_unavailable() or "the Poplar SDK is here"
+
+    def compile(self, art: Artifact, hw, workdir: Path | None = None) -> Runner:  # type: ignore[no-untyped-def]
+        from roller.backends.ipu_poplar.launcher import PoplarRunner
+
+        return PoplarRunner(art, workdir)
+
+    def check_compiles(self, art: Artifact, hw, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
+        from roller.backends.ipu_poplar.launcher import build, why_unavailable
+
+        why = why_unavailable()
+        if why:
+            raise ToolchainError(why)
+        build(art, Path(workdir))
+        return {"vertices": art.launch["vertices"], "compute_sets": art.launch["compute_sets"]}
+
+
+BACKEND = PoplarBackend()
