@@ -101,7 +101,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         cg = ", ".join(f"{k} {v}" for k, v in s["codegen"].items())
         meas = f"; measured {s['measured']}" if s["measured"] else ""
         print(f"  {d['name']:<12} sum of predicted {s['total_predicted_ms']:.4g} ms; codegen: {cg}{meas}")
-    if report.plot_note:
+    if report.plot_note and args.plots:
         print(f"note: {report.plot_note}", file=sys.stderr)
     if report.measured["unmatched"]:
         print(f"note: {len(report.measured['unmatched'])} measurements match no op x device of this report",

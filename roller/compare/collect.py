@@ -12,10 +12,11 @@ import os
 import re
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from roller.compare.facts import program_facts
 
@@ -33,8 +34,8 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 class Job:
     """One (device, ops) task; ``kernels_dir`` receives ``<hw>/<op>/<files>`` when code generation is on."""
 
-    hw: "HardwareDesc"
-    ops: tuple["TensorExpr", ...]
+    hw: HardwareDesc
+    ops: tuple[TensorExpr, ...]
     top_k: int
     codegen: bool
     kernels_dir: str | None
@@ -47,7 +48,7 @@ def safe_component(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", name).lstrip(".") or "_"
 
 
-def backend_for(hw: "HardwareDesc") -> tuple[Any, str]:
+def backend_for(hw: HardwareDesc) -> tuple[Any, str]:
     """(backend or None, why none): the registry's backend serving the description's ``backend`` field."""
     from roller.backends import for_hw
     from roller.errors import InputError
@@ -60,7 +61,7 @@ def backend_for(hw: "HardwareDesc") -> tuple[Any, str]:
         return None, f"backend registry failed: {err.__class__.__name__}: {err}"
 
 
-def build_entry(op: "TensorExpr", hw: "HardwareDesc", top_k: int, backend: Any, codegen: bool,
+def build_entry(op: TensorExpr, hw: HardwareDesc, top_k: int, backend: Any, codegen: bool,
                 kernels_dir: Path | None) -> dict[str, Any]:
     """The result record of ``op`` on ``hw``: the model's top-1 rProgram and its code generation."""
     from roller.construct import construct
@@ -93,7 +94,7 @@ def build_entry(op: "TensorExpr", hw: "HardwareDesc", top_k: int, backend: Any, 
     return entry
 
 
-def _codegen(prog: Any, hw: "HardwareDesc", op: "TensorExpr", backend: Any, enabled: bool,
+def _codegen(prog: Any, hw: HardwareDesc, op: TensorExpr, backend: Any, enabled: bool,
              kernels_dir: Path | None) -> dict[str, Any]:
     if not enabled:
         return {"status": CODEGEN_SKIPPED, "backend": backend.name if backend else None}
@@ -116,7 +117,7 @@ def _codegen(prog: Any, hw: "HardwareDesc", op: "TensorExpr", backend: Any, enab
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in art.files.items():
             (folder / safe_component(name)).write_text(text, encoding="utf-8")
-        out["path"] = (Path("kernels") / rel / safe_component(art.main_file or sorted(art.files)[0])).as_posix()
+        out["path"] = (Path("kernels") / rel / safe_component(art.main_file or min(art.files))).as_posix()
     return out
 
 
@@ -128,7 +129,7 @@ def run_job(job: Job) -> list[dict[str, Any]]:
     for op in job.ops:
         try:
             out.append(build_entry(op, job.hw, job.top_k, backend, job.codegen, kdir))
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - re-raised below with the op and device named
             # Name the op and device: a pool's re-raised error alone would not say which build failed.
             raise _BuildFailure(op.name, job.hw.name, err, traceback.format_exc()) from None
     return out
@@ -140,7 +141,7 @@ class _BuildFailure(Exception):
         self.op, self.hw, self.err, self.tb = op, hw, err, tb
 
 
-def collect(ops: list["TensorExpr"], devices: list["HardwareDesc"], top_k: int, codegen: bool,
+def collect(ops: list[TensorExpr], devices: list[HardwareDesc], top_k: int, codegen: bool,
             kernels_dir: Path | None, jobs: int, on_step: Callable[[int, str], None] | None = None
             ) -> list[dict[str, Any]]:
     """Entries for every op x device, ordered op by op (file order), devices in the order given.

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from roller.hw import HardwareDesc
 
 
-def device_facts(hw: "HardwareDesc") -> dict[str, Any]:
+def device_facts(hw: HardwareDesc) -> dict[str, Any]:
     """What the description imposes on tiles: warp and scheduling unit, transaction size of the layer blocks
     load from, the block layer's capacity, register limits, units, and the compute/bandwidth balance."""
     from roller.construct import levels
@@ -48,7 +48,7 @@ def device_facts(hw: "HardwareDesc") -> dict[str, Any]:
     }
 
 
-def program_facts(prog: "RProgram", hw: "HardwareDesc") -> dict[str, Any]:
+def program_facts(prog: RProgram, hw: HardwareDesc) -> dict[str, Any]:
     """How the chosen rProgram sits against each limit of ``hw``."""
     expr = prog.expr
     geo = TileGeometry(expr)

@@ -14,10 +14,11 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -69,14 +70,14 @@ class Report:
                 "timing": self.timing, "plots": sorted(self.plots), "plot_note": self.plot_note}
 
 
-def _op_doc(op: "TensorExpr") -> dict[str, Any]:
+def _op_doc(op: TensorExpr) -> dict[str, Any]:
     src = op.source or op
     return {"name": op.name, "kind": op.kind, "statement": src.statement(), "flops": src.flops,
             "bytes": src.bytes, "hash": src.content_hash(), "dtype": src.output.dtype,
             "shapes": {t.name: list(t.storage_shape) for t in src.tensors}}
 
 
-def build(ops: list["TensorExpr"], hws: list["HardwareDesc"], *, ops_file: str, top_k: int = 10,
+def build(ops: list[TensorExpr], hws: list[HardwareDesc], *, ops_file: str, top_k: int = 10,
           codegen: bool = True, measured: list[str] | None = None, baseline: str | None = None,
           jobs: int | None = None, kernels_dir: Path | None = None, plots: bool = True,
           on_step: Callable[[int, str], None] | None = None) -> Report:

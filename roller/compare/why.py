@@ -64,6 +64,14 @@ def _warp_word(d: dict[str, Any]) -> str:
     return {"amd": "wavefronts", "graphcore": "worker threads"}.get(d["vendor"], "warps")
 
 
+def _warps(d: dict[str, Any]) -> str:
+    if d["warp_size"] == 1:
+        return f"{d['name']} schedules single threads (no warps), so any thread count fills it"
+    return (f"{d['name']} issues {_warp_word(d)} of {d['warp_size']} threads on {d['sub_partitions']} "
+            f"scheduler{'s' if d['sub_partitions'] > 1 else ''} per unit (blocks in multiples of "
+            f"{d['warp_multiple']} threads)")
+
+
 def _tile(shape: list[int]) -> str:
     return "x".join(str(s) for s in shape)
 
@@ -76,10 +84,7 @@ def description_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """The description fields that feed construction and differ between devices ``a`` and ``b``."""
     out = []
     if (a["warp_size"], a["sub_partitions"]) != (b["warp_size"], b["sub_partitions"]):
-        out.append(f"{b['name']} issues {_warp_word(b)} of {b['warp_size']} threads on {b['sub_partitions']} "
-                   f"scheduler(s) per unit (blocks in multiples of {b['warp_multiple']} threads), {a['name']} "
-                   f"{_warp_word(a)} of {a['warp_size']} on {a['sub_partitions']} (multiples of "
-                   f"{a['warp_multiple']})")
+        out.append(f"{_warps(b)}; {_warps(a)}")
     if a["max_threads_per_block"] != b["max_threads_per_block"]:
         out.append(f"at most {b['max_threads_per_block']} threads per block on {b['name']}, "
                    f"{a['max_threads_per_block']} on {a['name']}")
@@ -148,20 +153,34 @@ def _reasons_for(op: str, ea: dict[str, Any], eb: dict[str, Any], a: dict[str, A
                                    f"{_size(fx['footprint_bytes'])}, more than the {_size(cap)} a block may use on "
                                    f"{dy['name']}")
                 break
-    for ax, xa, xb in zip(fa["axes"], ba, bb):
+    for ax, ext, xa, xb in zip(fa["axes"], fa["extents"], ba, bb):
         ala, alb = fa["alignment"].get(ax, 1), fb["alignment"].get(ax, 1)
-        if ala != alb and xa != xb:
-            out["transactions"] = (f"{op}: {_axis_note(fa, ax)} is contiguous in memory, so it is tiled in "
-                                   f"multiples of {ala} elements on {na} and {alb} on {nb}: {xa} against {xb}")
+        # The rule shaped a size when the size is a multiple of an alignment > 1 short of the whole axis.
+        shaped = [(al > 1 and x < ext and x % al == 0) for al, x in ((ala, xa), (alb, xb))]
+        if ala != alb and xa != xb and any(shaped):
+            def part(al: int, x: int, d: dict[str, Any], ext: int = ext) -> str:
+                if x >= ext:
+                    return f"{d['name']} covers the whole axis ({x})"
+                if al > 1:
+                    return f"{d['name']} tiles it in multiples of {al} ({d['transaction_bytes']} B): {x}"
+                return f"{d['name']} has no alignment ({d['transaction_bytes']}-byte transactions): {x}"
+            out["transactions"] = (f"{op}: {_axis_note(fa, ax)} is contiguous in memory; {part(ala, xa, a)}, "
+                                   f"{part(alb, xb, b)}")
             break
+
+    def shaped_threads(f: dict[str, Any], d: dict[str, Any]) -> bool:
+        return f["threads"] >= d["max_threads_per_block"] or (
+            d["warp_multiple"] > 1 and f["threads"] % d["warp_multiple"] == 0)
+
     if fa["threads"] != fb["threads"] and (a["warp_multiple"] != b["warp_multiple"]
-                                           or a["max_threads_per_block"] != b["max_threads_per_block"]):
+                                           or a["max_threads_per_block"] != b["max_threads_per_block"]) and (
+            shaped_threads(fa, a) or shaped_threads(fb, b)):
         def desc(f: dict[str, Any], d: dict[str, Any]) -> str:
             if f["threads"] >= d["max_threads_per_block"]:
                 return f"{f['threads']} threads on {d['name']} (its limit)"
             if d["warp_multiple"] > 1 and f["threads"] % d["warp_multiple"] == 0:
-                return f"{f['threads']} threads on {d['name']} ({f['threads'] // d['warp_multiple']} x " \
-                       f"{d['warp_multiple']})"
+                return (f"{f['threads']} threads on {d['name']} ({f['threads'] // d['warp_multiple']} x "
+                        f"{d['warp_multiple']})")
             return f"{f['threads']} threads on {d['name']}"
         out["threads"] = f"{op}: {desc(fa, a)} against {desc(fb, b)}"
     if ta != tb:
@@ -230,7 +249,7 @@ def explain(entries: list[dict[str, Any]], devices: dict[str, dict[str, Any]], b
                 r.example = r.example or example
         n = len(table)
         summary = (f"Of {n} ops, {other_block} get another block tile and {other_thread} another register tile "
-                   f"on {name} than on {baseline}; {same} keep the same tiles.")
+                   f"on {name} than on {baseline}; {same} {'keeps' if same == 1 else 'keep'} the same tiles.")
         if other_bottleneck:
             summary += f" The predicted bottleneck differs for {other_bottleneck} ({bottleneck_example})."
         sections.append({
