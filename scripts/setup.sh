@@ -24,6 +24,10 @@ cd "$repo"
 
 # 1. System packages: PoCL (OpenCL on the CPU), the OpenCL ICD loader and headers, clinfo, and hipcc.
 system_packages=(pocl-opencl-icd ocl-icd-opencl-dev clinfo hipcc)
+# --dev: headless Chromium, in which the tests render the `roller compare` HTML report.
+if [[ "$extras" == *dev* ]]; then
+    system_packages+=(chromium)
+fi
 missing=()
 for pkg in "${system_packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
