@@ -26,10 +26,16 @@ def exchange_fed(hw: HardwareDesc, block_level: int) -> bool:
 
 
 def on_device(geo: TileGeometry, hw: HardwareDesc, block_level: int) -> bool:
-    """True when every tensor of the op fits in the device's memory. An op that does not needs memory off the
-    device (IPU streaming memory), which is not modelled: only one round's working set is then kept in a unit."""
+    """True when the op can live on the device: its tensors fit in the device's memory and, next to its share
+    of the inputs, a tile still holds the working set of a one-output block. An op that cannot needs memory
+    off the device (IPU streaming memory), which is not modelled: only one round's working set is then kept
+    in a unit."""
     outer = hw.memory[block_level]
-    return outer.capacity_bytes is None or geo.expr.bytes <= outer.capacity_bytes
+    if outer.capacity_bytes is not None and geo.expr.bytes > outer.capacity_bytes:
+        return False
+    unit = geo.full_reduce(tuple(1 for _ in geo.extents))
+    cap = hw.memory[block_level + 1].capacity_per_block_bytes or 0
+    return unit_bytes(geo, hw, unit, resident_input_bytes(geo, hw)) <= cap
 
 
 def resident_input_bytes(geo: TileGeometry, hw: HardwareDesc) -> int:

@@ -19,13 +19,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from roller.construct.exchange import exchange_fed
+from roller.construct.exchange import exchange_fed, on_device
 from roller.construct.rtile import RProgram
 from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
 from roller.ir.names import check_identifier
 from roller.ir.tensor_expr import TensorDecl
+from roller.model.traffic import TileGeometry
 
 FORMAT = "roller-ipu-graph-plan/1"
 # graph_plan.json lists every vertex up to this many; beyond, it gives the rule that generates them (the same
@@ -97,7 +98,7 @@ class GraphPlan:
     threads: int  # workers a vertex uses
     thread_points: int  # points of one thread tile
     reduce_points: int
-    on_device: bool  # every tensor fits in the tiles' memory together
+    on_device: bool  # the op's tensors live in the tiles' memory (roller.construct.exchange.on_device)
     pad_value: float
 
     @property
@@ -175,8 +176,9 @@ class GraphPlan:
             exact = True
             tile_max, worst_tile = worst[0], worst[1]
         else:
-            in_b = sum(math.prod(e) * t.itemsize for t, e in self.largest_slices().items() if not t.output)
-            out_b = math.prod(a.block for a in self.spatial) * self.output.itemsize
+            largest = self.largest_slices()
+            in_b = sum(math.prod(e) * t.itemsize for t, e in largest.items() if not t.output)
+            out_b = math.prod(largest[self.output]) * self.output.itemsize
             res = self.resident_input_bytes(0)
             tile_max = res + self.rounds * out_b + in_b if self.on_device else out_b + in_b
             exact, worst_tile = False, None
@@ -367,12 +369,10 @@ def plan(prog: RProgram, hw: HardwareDesc) -> GraphPlan:
     inputs = tuple(_tensor_map(t, expr.accesses(t.name), extents, False, tiles) for t in expr.inputs)
     output = _tensor_map(expr.output, [expr.out_index], extents, True, tiles)
     vertices = bdiv
-    outer = hw.memory[prog.block_level]
-    total = sum(math.prod(t.storage_shape) * t.itemsize for t in expr.tensors)
     return GraphPlan(
         op=expr.name, hw=hw.name, target=hw.target, codelet=f"rl_{expr.name}_vertex",
         statement=expr.statement(), line=prog.line(), tiles=tiles, workers=workers,
         tile_bytes=hw.memory[prog.block_level + 1].capacity_per_block_bytes or 0,
         spatial=tuple(spatial), reduce=tuple(reduce), inputs=inputs, output=output, vertices=vertices,
         rounds=-(-vertices // tiles), threads=threads, thread_points=jdiv, reduce_points=rdiv,
-        on_device=outer.capacity_bytes is None or total <= outer.capacity_bytes, pad_value=expr.pad_value)
+        on_device=on_device(TileGeometry(expr), hw, prog.block_level), pad_value=expr.pad_value)
