@@ -13,8 +13,8 @@ import pytest
 
 from roller.cli.main import main
 from roller.construct import construct
-from roller.construct.exchange import exchange_fed, on_device, unit_bytes
 from roller.construct.enlarge import Search
+from roller.construct.exchange import exchange_fed, on_device, unit_bytes
 from roller.hw import list_bundled, load
 from roller.ir import load_ops
 from roller.model.traffic import TileGeometry
@@ -150,7 +150,7 @@ def check_plan(doc: dict, expr, hw) -> None:  # type: ignore[no-untyped-def]
     for a in doc["axes"]:
         if a["reduce"]:
             assert a["block"] == a["extent"]  # a vertex gets its whole reduction
-    vol = lambda b, e: np.prod(e - b, axis=1) * 4  # noqa: E731
+    vol = lambda b, e: np.prod(e - b, axis=1) * 4
     if doc["tile_vertices"] is not None:
         listed = [(entry["tile"], v) for entry in doc["tile_vertices"] for v in entry["vertices"]]
         blocks = np.array([v["block"] for _, v in listed])

@@ -46,7 +46,7 @@ def device_kind() -> str:
 
 def _run(cmd: list[str], cwd: Path, what: str, timeout: float = 3600) -> str:
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError as err:
         raise ToolchainError(f"{cmd[0]} not found: {INSTALL}") from err
     except subprocess.TimeoutExpired as err:
@@ -111,6 +111,8 @@ class PoplarRunner(Runner):
         return y
 
     def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+        self.last_seconds = None
         self._run(inputs, repeat)
-        assert self.last_seconds is not None
+        if self.last_seconds is None:
+            raise CompileError(f"the Poplar program in {self.workdir} printed no rl_kernel_seconds line")
         return self.last_seconds

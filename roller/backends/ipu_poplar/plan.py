@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from roller.construct.exchange import exchange_fed, on_device
 from roller.construct.rtile import RProgram
