@@ -16,14 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from roller.backends.rocm_hip import BACKEND
+from typing import Callable
+
+from roller.backends import Artifact
+from roller.backends.rocm_hip import BACKEND, mfma
 from roller.backends.rocm_hip.hipcc import Unit, check_units, compile_target, limits_report
 from roller.construct import construct
+from roller.construct.rtile import RProgram
 from roller.hw import HardwareDesc, load
 from roller.ir import load_ops
+from roller.ir.fuse import prepare
 from roller.ir.tensor_expr import TensorExpr
 
 AMD_DESCRIPTIONS = ("mi50", "mi100", "mi250x", "mi300x")
+GEMM_KINDS = ("matmul", "batch_matmul", "conv2d")
 
 
 @dataclass
@@ -35,8 +41,9 @@ class KernelCheck:
     block: int
     matrix: str | None  # the MFMA instruction, when the kernel uses one
     usage: dict[str, Any]
-    model_registers: int  # roller.model.micro's estimate for the program
+    model_registers: int  # roller.model.micro's estimate for the program (mfma.registers for MFMA programs)
     plan_lds_bytes: int
+    mfma_count: int | None = None  # v_mfma instructions in the device assembly
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -45,22 +52,48 @@ class KernelCheck:
         return self.usage["vgprs"] + self.usage.get("agprs", 0)
 
 
+def best_program(op: TensorExpr, hw: HardwareDesc) -> RProgram | None:
+    """What ``roller build`` renders: construction's top-1."""
+    return construct(op, hw, top_k=1)[0]
+
+
+def best_mfma_program(op: TensorExpr, hw: HardwareDesc) -> RProgram | None:
+    """The best MFMA-aligned program, or None where MFMA does not apply (no matrix cores, not GEMM-shaped)."""
+    progs = mfma.programs(prepare(op), hw, want=1)
+    return progs[0] if progs else None
+
+
+def float16_gemms(ops: Sequence[TensorExpr]) -> list[TensorExpr]:
+    """The GEMM-shaped ops of a suite (matmul, batch matmul, conv2d) in float16: the matrix path's inputs."""
+    out = []
+    for op in ops:
+        if op.kind in GEMM_KINDS:
+            out.append(load_ops({**dict(op.params), "op": op.kind, "name": op.name, "dtype": "float16"})[0])
+    return out
+
+
 def check(suites: dict[str, Sequence[TensorExpr]], descriptions: Sequence[str | HardwareDesc], workdir: Path,
-          jobs: int = 2) -> list[KernelCheck]:
-    """Construct, render and compile every op of every suite for every description; one row per kernel."""
+          jobs: int = 2, programs: Callable[[TensorExpr, HardwareDesc], RProgram | None] = best_program
+          ) -> list[KernelCheck]:
+    """Render every op of every suite for every description (the program ``programs`` picks; ops it gives
+    None are left out), compile each (suite, description) as one hipcc unit; one row per kernel. A kernel
+    has MFMA instructions in its device assembly if and only if it was rendered from a matrix program."""
     units: list[Unit] = []
-    meta: list[list[tuple[TensorExpr, Any, Any, HardwareDesc]]] = []
+    meta: list[list[tuple[TensorExpr, RProgram, Artifact, HardwareDesc]]] = []
     for d in descriptions:
         hw = load(d) if isinstance(d, str) else d
         for suite, ops in suites.items():
             arts, rows = [], []
             for op in ops:
-                prog = construct(op, hw, top_k=1)[0]
+                prog = programs(op, hw)
+                if prog is None:
+                    continue
                 art = BACKEND.render(prog, hw)
                 arts.append(art)
                 rows.append((op, prog, art, hw))
-            units.append(Unit(f"{suite}-{hw.name}", arts, hw, workdir))
-            meta.append(rows)
+            if arts:
+                units.append(Unit(f"{suite}-{hw.name}", arts, hw, workdir))
+                meta.append(rows)
     results = check_units(units, jobs=jobs)
     out = []
     for rows, usage_by_name in zip(meta, results):
@@ -69,9 +102,14 @@ def check(suites: dict[str, Sequence[TensorExpr]], descriptions: Sequence[str | 
             plan = art.extra["plan"]
             kc = KernelCheck(op.name, hw.name, compile_target(hw), prog.line(), prog.block,
                              art.launch.get("matrix_instruction"), usage,
-                             prog.prediction.registers_per_thread if prog.prediction else 0, plan.smem_bytes)
+                             prog.prediction.registers_per_thread if prog.prediction else 0, plan.smem_bytes,
+                             usage.get("mfma"))
             kc.problems = limits_report(usage, hw, prog.block, plan.smem_bytes,
                                         len(plan.inputs) if plan.staged else 0)
+            if art.launch.get("matrix_instruction") and not kc.mfma_count:
+                kc.problems.append("a matrix kernel without v_mfma instructions in its device assembly")
+            elif not art.launch.get("matrix_instruction") and kc.mfma_count:
+                kc.problems.append(f"{kc.mfma_count} v_mfma instructions in a kernel without a matrix program")
             out.append(kc)
     return out
 
@@ -103,19 +141,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--rows", action="store_true", help="print one row per kernel")
+    ap.add_argument("--matrix", action="store_true",
+                    help="the suites' matmul, batch matmul and conv ops in float16, as MFMA programs")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parents[3]
     files = args.suite or [str(root / "bench/suites/scaled.json"), str(root / "bench/suites/roller119.json")]
     suites = {Path(f).stem: load_ops(f) for f in files}
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="roller-hip-check-"))
     t = time.perf_counter()
-    rows = check(suites, args.hw or AMD_DESCRIPTIONS, workdir, jobs=args.jobs)
+    if args.matrix:
+        suites = {f"{k}-float16": float16_gemms(v) for k, v in suites.items()}
+        rows = check(suites, args.hw or AMD_DESCRIPTIONS, workdir, jobs=args.jobs, programs=best_mfma_program)
+    else:
+        rows = check(suites, args.hw or AMD_DESCRIPTIONS, workdir, jobs=args.jobs)
     secs = time.perf_counter() - t
     if args.rows:
         for r in rows:
             print(f"{r.hw:8} {r.op:32} vgpr {r.usage['vgprs']:3} agpr {r.usage.get('agprs', 0):3} "
                   f"sgpr {r.usage['sgprs']:3} lds {r.usage['lds_bytes']:6} model {r.model_registers:3} "
-                  f"{r.matrix or '':24} {'; '.join(r.problems)}")
+                  f"{r.matrix or '':24} {r.mfma_count if r.mfma_count is not None else '':4} {'; '.join(r.problems)}")
     for line in summary(rows):
         print(line)
     bad = [r for r in rows if r.problems]

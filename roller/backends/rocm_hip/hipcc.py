@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from roller.hw import HardwareDesc
 
 INSTALL = "apt-get install hipcc"
-FLAGS = ("-O3", "-Rpass-analysis=kernel-resource-usage")
+FLAGS = ("-save-temps", "-O3", "-Rpass-analysis=kernel-resource-usage")
 # Targets ROCm 5.2's clang cannot compile for, and the nearest one it can: gfx940 is the first CDNA3 part
 # and shares gfx942's instruction set (MFMA shapes included), so register and LDS usage carry over.
 SUBSTITUTES = {"gfx942": "gfx940"}
@@ -46,7 +46,9 @@ ARCH_VGPRS = 256
 LDS_ALIGN = 16
 #: most hipcc processes at once (CI machines have 2 cores; each clang is single-threaded)
 MAX_JOBS = 2
-_REMARK = re.compile(r"^(?P<file>[^:\n]+):\d+:\d+: remark:\s+(?P<key>[^:]+?):\s+(?P<val>\S+)\s+\[-Rpass-analysis")
+# clang prints "FILE:L:C: remark: KEY: VALUE [-Rpass...]", or with -save-temps "remark: FILE:L:C: KEY: VALUE ..."
+_REMARK = re.compile(r"^(?:remark: (?P<f1>[^:\n]+):\d+:\d+:|(?P<f2>[^:\n]+):\d+:\d+: remark:)"
+                     r"\s+(?P<key>[^:]+?):\s+(?P<val>\S+)\s+\[-Rpass-analysis")
 _ERROR_FILE = re.compile(r"^(?P<file>[^:\n]+):\d+:\d+: (?:fatal )?error:", re.M)
 # Back-end errors (LDS over the limit...) name the function, not a source line.
 _ERROR_FUNC = re.compile(r"error: .* in function '(?P<name>\w+)'")
@@ -158,11 +160,12 @@ def _check_unit(unit: Unit) -> dict[str, dict[str, Any]]:
         parts.append(f'#line 1 "{path}"\n{art.source}')
     tu = folder / "unit.hip"
     tu.write_text("".join(parts), encoding="utf-8")
-    cmd = [find(), "-c", *flags, str(tu), "-o", str(folder / "unit.o")]
+    # -save-temps keeps the device assembly (in the working folder), where the MFMA instructions are counted.
+    cmd = [find(), "-c", *flags, tu.name, "-o", "unit.o"]
     try:
-        proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=1800, cwd=folder)
     except subprocess.TimeoutExpired:
-        raise CompileError(f"hipcc took over 30 minutes on {tu}\nrepro: {_repro(cmd)}") from None
+        raise CompileError(f"hipcc took over 30 minutes on {tu}\nrepro: {_repro(cmd, folder)}") from None
     log = proc.stderr + proc.stdout
     if proc.returncode != 0:
         paths = {a.kernel_name: str(folder / f"{a.kernel_name}.{a.main_file.rsplit('.', 1)[-1]}") for a in unit.arts}
@@ -173,15 +176,38 @@ def _check_unit(unit: Unit) -> dict[str, dict[str, Any]]:
         tail = "\n".join(errors[:60])
         bad = sorted(bad) or [str(tu)]
         raise CompileError(f"hipcc failed for {compile_target(unit.hw)} ({unit.hw.name}, {len(unit.arts)} kernels "
-                           f"in one unit)\n{tail}\nkernel: {', '.join(bad)}\nrepro: {_repro(cmd)}")
+                           f"in one unit)\n{tail}\nkernel: {', '.join(bad)}\nrepro: {_repro(cmd, folder)}")
     report = parse_remarks(log)
+    asm = folder / f"unit-hip-amdgcn-amd-amdhsa-{compile_target(unit.hw)}.s"
+    counts = count_matrix_instructions(asm.read_text(), set(names)) if asm.exists() else {}
+    for name, n in counts.items():
+        if name in report:
+            report[name]["mfma"] = n
+    for temp in folder.glob("unit-*"):
+        if temp.suffix in (".cui", ".bc", ".o", ".out"):
+            temp.unlink()  # preprocessed sources and bitcode: large, and nothing reads them
     missing = [n for n in names if n not in report]
     if missing:
         raise CompileError(f"hipcc reported no resource usage for {', '.join(missing)} ({unit.hw.name})\n"
-                           f"repro: {_repro(cmd)}")
+                           f"repro: {_repro(cmd, folder)}")
     result = {n: report[n] for n in names}
     _cache_put(key, {n: {k: v for k, v in r.items() if k != "file"} for n, r in result.items()})
     return result
+
+
+def count_matrix_instructions(asm: str, names: set[str]) -> dict[str, int]:
+    """v_mfma instructions per kernel in device assembly: proof that a matrix kernel issues them."""
+    counts = dict.fromkeys(names, 0)
+    current = None
+    for line in asm.splitlines():
+        m = re.match(r"^(\w+):", line)
+        if m and m.group(1) in names:
+            current = m.group(1)
+        elif line.startswith(".Lfunc_end"):
+            current = None
+        elif current is not None and line.strip().startswith("v_mfma"):
+            counts[current] += 1
+    return counts
 
 
 def parse_remarks(log: str) -> dict[str, dict[str, Any]]:
@@ -194,7 +220,7 @@ def parse_remarks(log: str) -> dict[str, dict[str, Any]]:
             continue
         field = _KEYS[m["key"]]
         if field == "name":
-            current = {"file": m["file"], "agprs": 0}
+            current = {"file": m["f1"] or m["f2"], "agprs": 0}
             out[m["val"]] = current
         elif current is not None:
             current[field] = int(m["val"])
@@ -240,8 +266,9 @@ def limits_report(usage: dict[str, Any], hw: "HardwareDesc", block: int, smem_by
     return problems
 
 
-def _repro(cmd: list[str]) -> str:
-    return "HIP_PLATFORM=amd " + " ".join(shlex.quote(c) for c in cmd)
+def _repro(cmd: list[str], cwd: Path | None = None) -> str:
+    where = f"cd {shlex.quote(str(cwd))} && " if cwd else ""
+    return where + "HIP_PLATFORM=amd " + " ".join(shlex.quote(c) for c in cmd)
 
 
 def _key(unit: Unit, flags: list[str]) -> str:
