@@ -221,7 +221,9 @@ def version_text() -> str:
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
 _PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
 
 
 def parse_ptxas(log: str) -> dict[str, Usage]:
@@ -242,9 +244,10 @@ def parse_ptxas(log: str) -> dict[str, Usage]:
             continue
         m = _USED.search(line)
         if m:
-            out[name] = Usage(kernel=name, registers=int(m.group(1)), smem_bytes=int(m.group(3) or 0),
+            smem, bars = _SMEM.search(line), _BARRIERS.search(line)
+            out[name] = Usage(kernel=name, registers=int(m.group(1)), smem_bytes=int(smem.group(1)) if smem else 0,
                               spill_stores=props[1], spill_loads=props[2], stack_bytes=props[0],
-                              barriers=int(m.group(2) or 0))
+                              barriers=int(bars.group(1)) if bars else 0)
             name = None
     return out
 

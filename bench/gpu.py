@@ -1,0 +1,362 @@
+"""CUDA kernels on an NVIDIA GPU: correctness against roller.reference and speed against the vendor libraries,
+all measured in one run.
+
+For every op of a suite (default: the paper's 119 ops, plus float16 copies of its matmul and convolution ops
+with --fp16): construct the top-K rPrograms for the description of this GPU, compile and time each (CUDA
+events, median of --repeat launches), keep the fastest, check its output against ``roller.reference``, and
+time the reference implementation of the same op:
+
+* matmul / batch matmul: cuBLAS through ``cupy.matmul`` (float16 inputs: cuBLAS tensor cores);
+* conv2d / depthwise conv2d: cuDNN through ``torch.nn.functional.conv2d`` (benchmark mode) when torch with
+  CUDA is importable, else no baseline;
+* elementwise, pooling, reductions, transposes (memory-bound): the compulsory traffic (inputs + output bytes)
+  per second as a fraction of device-to-device copy bandwidth (``cupy`` copy of a 256 MiB buffer).
+
+Ops whose tensors exceed --max-gib, or whose numpy reference would exceed --max-gflop, have their batch
+dimension halved until they fit (the report says so). The markdown table goes to --md (for BENCHMARKS.md),
+the raw rows to --json.
+
+Run on a machine with an NVIDIA GPU and ``pip install -e '.[cuda]'`` (plus torch for the cuDNN baseline):
+``python bench/gpu.py --md gpu.md --json gpu.json``. Without a GPU it stops with exit 5 and says why.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = {"roller119": ROOT / "bench/suites/roller119.json", "scaled": ROOT / "bench/suites/scaled.json"}
+#: GPU name substring -> bundled description
+DESCRIPTIONS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("V100", "v100"))
+GEMM_KINDS = ("matmul", "batch_matmul")
+CONV_KINDS = ("conv2d", "depthwise_conv2d")
+#: the issue's targets, per category: (what, threshold)
+TARGETS = {"gemm_float32": ("x cuBLAS", 0.9), "gemm_float16": ("x cuBLAS (tensor cores)", 0.8),
+           "conv": ("x cuDNN (geomean)", 0.9), "memory": ("of copy bandwidth", 0.8)}
+#: the parameter that is the batch of each named op (halved to fit memory); None: the first dim of a shape
+BATCH_PARAM = {"conv2d": "N", "depthwise_conv2d": "N", "avgpool2d": "N", "maxpool2d": "N", "batch_matmul": "B"}
+
+
+@dataclass
+class Row:
+    name: str
+    kind: str
+    dtype: str
+    category: str
+    shrunk: str = ""  # "N 128->32" when the batch was reduced
+    roller_ms: float | None = None
+    top1_ms: float | None = None
+    baseline: str = ""
+    baseline_ms: float | None = None
+    ratio: float | None = None  # baseline time / roller time (>1: roller faster); memory: fraction of copy bw
+    rate: str = ""
+    max_rel_err: float | None = None
+    ok: bool | None = None
+    line: str = ""
+    error: str = ""
+    candidates: list[float | None] = field(default_factory=list)
+
+
+# -- op selection (no GPU needed) -------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="bench/gpu.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", choices=sorted(SUITES), default="roller119")
+    ap.add_argument("--hw", default=None, help="description (default: from the GPU's name: h200/h100/a100/v100)")
+    ap.add_argument("--ops", default=None, help="comma-separated op names (default: all)")
+    ap.add_argument("--fp16", action="store_true", help="add float16 copies of matmul/batch matmul/conv ops")
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--max-gib", type=float, default=8.0, help="tensor bytes per op before the batch is halved")
+    ap.add_argument("--max-gflop", type=float, default=200.0,
+                    help="numpy reference work per op before the batch is halved")
+    ap.add_argument("--md", type=Path, default=None, help="write the markdown table here")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
+    args = ap.parse_args(argv)
+    if args.top_k < 1 or args.repeat < 1 or args.max_gib <= 0 or args.max_gflop <= 0:
+        ap.error("--top-k, --repeat, --max-gib and --max-gflop must be positive")
+    return args
+
+
+def category(kind: str, dtype: str) -> str:
+    if kind in GEMM_KINDS:
+        return f"gemm_{dtype}"
+    if kind in CONV_KINDS:
+        return "conv"
+    return "memory"
+
+
+def op_cost(op: dict) -> tuple[int, float]:
+    """(bytes of all tensors, GFLOP) of an op given as a dict."""
+    from roller.ir import load_ops
+
+    e = load_ops(op)[0]
+    nbytes = sum(math.prod(t.shape) * t.itemsize for t in e.tensors)
+    flops = math.prod(a.extent for a in e.axes) * e.flops_per_point
+    return nbytes, flops / 1e9
+
+
+def shrink_batch(op: dict, max_bytes: float, max_gflop: float) -> tuple[dict, str]:
+    """``op`` with its batch halved until its tensors fit ``max_bytes`` and its work ``max_gflop``; the note
+    says what changed ("" when nothing did)."""
+    out = copy.deepcopy(op)
+    kind = op.get("op", "generic")
+    key = BATCH_PARAM.get(kind)
+    first = last = None
+    while True:
+        nbytes, gflop = op_cost(out)
+        if nbytes <= max_bytes and gflop <= max_gflop:
+            break
+        if key is not None and out.get(key, 1) > 1:
+            first = first if first is not None else out[key]
+            out[key] = out[key] // 2
+            last = out[key]
+        elif key is None and kind in ("elementwise",) and all(s[0] > 1 for s in out["shapes"].values()):
+            first = first if first is not None else next(iter(out["shapes"].values()))[0]
+            out["shapes"] = {k: [max(1, s[0] // 2)] + list(s[1:]) for k, s in out["shapes"].items()}
+            last = next(iter(out["shapes"].values()))[0]
+        elif key is None and kind in ("reduce", "transpose") and out["shape"][0] > 1:
+            first = first if first is not None else out["shape"][0]
+            out["shape"] = [out["shape"][0] // 2] + list(out["shape"][1:])
+            last = out["shape"][0]
+        else:
+            break  # nothing left to halve: run it as it is
+    note = f"{key or 'dim0'} {first}->{last}" if first is not None else ""
+    return out, note
+
+
+def select_ops(suite: str, names: str | None, fp16: bool, max_gib: float, max_gflop: float
+               ) -> list[tuple[dict, str]]:
+    """The suite's ops (filtered by name, float16 copies added), each with its batch-reduction note."""
+    doc = json.loads(SUITES[suite].read_text())
+    ops = list(doc["ops"])
+    if fp16:
+        ops += [dict(copy.deepcopy(o), dtype="float16", name=f"{o['name']}_f16") for o in ops
+                if o.get("op") in GEMM_KINDS + ("conv2d",)]
+    if names:
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        known = {o["name"] for o in ops}
+        missing = [n for n in wanted if n not in known]
+        if missing:
+            raise SystemExit(f"bench/gpu.py: --ops: no op named {', '.join(missing)} in {suite}")
+        ops = [o for o in ops if o["name"] in wanted]
+    return [shrink_batch(o, max_gib * 2**30, max_gflop) for o in ops]
+
+
+def description_for(gpu_name: str) -> str:
+    for key, desc in DESCRIPTIONS:
+        if key.lower() in gpu_name.lower():
+            return desc
+    raise SystemExit(f"bench/gpu.py: no bundled description for GPU {gpu_name!r}; pass --hw")
+
+
+# -- report (no GPU needed) ---------------------------------------------------------------------------------------
+
+def geomean(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def summary(rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for cat, (what, target) in TARGETS.items():
+        ratios = [r.ratio for r in rows if r.category == cat and r.ratio is not None]
+        g = geomean(ratios)
+        out[cat] = {"ops": len(ratios), "geomean": g, "min": min(ratios) if ratios else math.nan,
+                    "target": target, "what": what, "met": bool(ratios) and g >= target}
+    return out
+
+
+def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section: header with date and device, the summary against the targets, one row per op."""
+    def f(x: float | None, fmt: str = "{:.3g}") -> str:
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+    lines = [f"### CUDA on {meta['device']} ({meta['hw']}), {meta['date']}", "",
+             f"Suite {meta['suite']}, best of top-{meta['top_k']} (median of {meta['repeat']} launches each); "
+             f"copy bandwidth {f(meta.get('copy_gbps'), '{:.0f}')} GB/s; cuDNN baseline: "
+             f"{meta.get('cudnn', 'none')}. Ratio = baseline time / roller time (memory-bound ops: fraction of "
+             "copy bandwidth).", "",
+             "| category | ops | geomean | min | target | met |", "|---|---|---|---|---|---|"]
+    for cat, s in summary(rows).items():
+        lines.append(f"| {cat} | {s['ops']} | {f(s['geomean'])} | {f(s['min'])} | {s['target']} {s['what']} | "
+                     f"{'yes' if s['met'] else 'no'} |")
+    lines += ["", "| op | kind | dtype | batch | roller ms | top-1 ms | baseline | baseline ms | ratio | rate | "
+              "max rel err | check | rProgram |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        check = "-" if r.ok is None else ("ok" if r.ok else "FAIL")
+        if r.error:
+            check = f"error: {r.error[:60]}"
+        lines.append(f"| {r.name} | {r.kind} | {r.dtype} | {r.shrunk or '-'} | {f(r.roller_ms)} | {f(r.top1_ms)} | "
+                     f"{r.baseline or '-'} | {f(r.baseline_ms)} | {f(r.ratio)} | {r.rate or '-'} | "
+                     f"{f(r.max_rel_err, '{:.1e}')} | {check} | `{r.line}` |")
+    return "\n".join(lines) + "\n"
+
+
+# -- on the GPU ---------------------------------------------------------------------------------------------------
+
+def _baseline(kind: str, op: dict, expr: Any, dev_inputs: list[Any], repeat: int) -> tuple[str, float | None]:
+    """(name, seconds) of the vendor library on the same inputs, or ("", None) when there is none here."""
+    import cupy as cp
+
+    from roller.backends.cuda.launcher import time_events
+
+    if kind in GEMM_KINDS:
+        a, b = dev_inputs
+        if op.get("transpose_a"):
+            a = cp.swapaxes(a, -1, -2)
+        if op.get("transpose_b"):
+            b = cp.swapaxes(b, -1, -2)
+        return "cuBLAS", time_events(lambda: cp.matmul(a, b), repeat)
+    if kind in CONV_KINDS:
+        try:
+            import torch
+            import torch.nn.functional as F
+        except ImportError:
+            return "", None
+        if not torch.cuda.is_available():
+            return "", None
+        torch.backends.cudnn.benchmark = True
+        x, w = (torch.as_tensor(t, device="cuda") for t in dev_inputs)
+        nhwc = op.get("layout", "NCHW") == "NHWC"
+        if nhwc:
+            x = x.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+        if kind == "conv2d":
+            w = w.permute(3, 2, 0, 1).contiguous() if nhwc else w
+            groups = 1
+        else:
+            w = w.unsqueeze(1).contiguous()  # [C, KH, KW] in both layouts
+            groups = x.shape[1]
+        pad = op.get("padding", "SAME")
+        pad_arg: Any = pad.lower() if isinstance(pad, str) else int(pad)
+        stride, dil = int(op.get("stride", 1)), int(op.get("dilation", 1))
+        if pad_arg == "same" and stride > 1:
+            kh, kw = op["KH"], op["KW"]
+            pad_arg = (((kh - 1) * dil) // 2, ((kw - 1) * dil) // 2)  # torch refuses 'same' with stride
+
+        def run() -> None:
+            F.conv2d(x, w, stride=stride, padding=pad_arg, dilation=dil, groups=groups)
+
+        return "cuDNN", time_events(run, repeat)
+    return "", None
+
+
+def copy_bandwidth(repeat: int) -> float:
+    """Device-to-device copy bandwidth in GB/s (read + write bytes per second)."""
+    import cupy as cp
+
+    from roller.backends.cuda.launcher import time_events
+
+    src = cp.ones(64 * 2**20, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    secs = time_events(lambda: cp.copyto(dst, src), repeat)
+    return 2 * src.nbytes / secs / 1e9
+
+
+def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_gbps: float) -> Row:
+    import roller
+    from roller.construct import construct
+    from roller.evaluate import compare, tolerances
+    from roller.ir import load_ops
+    from roller.numpy_reference import random_inputs
+
+    expr = load_ops(op)[0]
+    dtype = expr.inputs[0].dtype if expr.inputs else expr.output.dtype
+    kind = op.get("op", "generic")
+    row = Row(op["name"], kind, dtype, category(kind, dtype), shrunk=note)
+    x = random_inputs(expr, seed=0)
+    host = [x[t.name] for t in expr.inputs]
+    best: tuple[float, Any, Any] | None = None
+    for i, prog in enumerate(construct(expr, hw, top_k=top_k)):
+        try:
+            runner = be.compile(be.render(prog, hw), hw)
+            dev = runner.upload(host)
+            out = runner.alloc_output()
+            secs = runner.time_device(dev, out, repeat=repeat)
+        except Exception as err:  # noqa: BLE001 - one failing candidate is reported, the rest still run
+            row.candidates.append(None)
+            row.error = row.error or f"candidate {i + 1}: {err}"
+            continue
+        row.candidates.append(secs * 1e3)
+        if i == 0:
+            row.top1_ms = secs * 1e3
+        if best is None or secs < best[0]:
+            best = (secs, prog, runner)
+    if best is None:
+        return row
+    secs, prog, runner = best
+    row.roller_ms, row.line = secs * 1e3, prog.line() + (" | wmma" if prog.use_matrix else "")
+    y = runner(host)
+    ref = roller.reference(expr, x)
+    rtol, atol = tolerances(expr.output.dtype)
+    ok, _, max_rel, _ = compare(y, ref, rtol, atol)
+    row.ok, row.max_rel_err = ok, max_rel
+    gflop = math.prod(a.extent for a in expr.axes) * expr.flops_per_point / 1e9
+    if row.category == "memory":
+        nbytes = sum(math.prod(t.shape) * t.itemsize for t in expr.tensors)
+        gbps = nbytes / secs / 1e9
+        row.rate, row.ratio, row.baseline = f"{gbps:.0f} GB/s", gbps / copy_gbps, "copy"
+        row.baseline_ms = nbytes / (copy_gbps * 1e9) * 1e3
+    else:
+        row.rate = f"{gflop / secs / 1e3:.1f} TFLOP/s"
+        name, base = _baseline(kind, op, expr, runner.upload(host), repeat)
+        if base is not None:
+            row.baseline, row.baseline_ms, row.ratio = name, base * 1e3, base / secs
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from roller.backends import get
+    from roller.backends.cuda.launcher import device_name
+    from roller.backends.cuda.toolchain import gpu_present
+    import roller.hw as H
+
+    ok, why = gpu_present()
+    if not ok:
+        print(f"bench/gpu.py: {why}", file=sys.stderr)
+        return 5
+    gpu = device_name()
+    hw = H.load(args.hw or description_for(gpu))
+    be = get("cuda")
+    ops = select_ops(args.suite, args.ops, args.fp16, args.max_gib, args.max_gflop)
+    copy_gbps = copy_bandwidth(args.repeat)
+    try:
+        import torch
+
+        cudnn = f"torch {torch.__version__}" if torch.cuda.is_available() else "none (torch without CUDA)"
+    except ImportError:
+        cudnn = "none (torch not installed)"
+    rows = []
+    t0 = time.time()
+    for n, (op, note) in enumerate(ops):
+        row = run_op(op, note, hw, be, args.top_k, args.repeat, copy_gbps)
+        rows.append(row)
+        print(f"[{n + 1}/{len(ops)}] {row.name}: roller {row.roller_ms} ms, {row.baseline or 'no baseline'} "
+              f"{row.baseline_ms} ms, ratio {row.ratio}, check {row.ok} {row.error}", file=sys.stderr, flush=True)
+    meta = {"device": gpu, "hw": hw.name, "date": datetime.date.today().isoformat(), "suite": args.suite,
+            "top_k": args.top_k, "repeat": args.repeat, "copy_gbps": copy_gbps, "cudnn": cudnn,
+            "seconds": time.time() - t0}
+    text = markdown(rows, meta)
+    if args.md:
+        args.md.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
+                                         "summary": summary(rows)}, indent=2))
+    print(text)
+    bad = [r for r in rows if r.ok is False or r.roller_ms is None]
+    return 4 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""Running CUDA kernels through CuPy.
+
+The kernel is compiled to a cubin for the GPU's own architecture by the same toolchain as the compile check
+(nvcc, or the CUDA 12 NVRTC), and loaded with ``cupy.RawModule(path=...)``; where neither compiler is
+installed, CuPy's NVRTC compiles the source (``RawModule(code=...)``) with the local toolkit's headers. Launch
+shape and dynamic shared memory come from launch.json; above 48 KiB the kernel opts in through
+``max_dynamic_shared_size_bytes`` (cudaFuncAttributeMaxDynamicSharedMemorySize).
+
+Only constructed after ``toolchain.gpu_present()`` said yes: nothing here runs on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roller.backends import Artifact, Runner
+from roller.backends.cuda import toolchain
+from roller.errors import CompileError, ToolchainError
+
+NP_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+def _cupy():  # type: ignore[no-untyped-def]
+    ok, why = toolchain.gpu_present()
+    if not ok:
+        raise ToolchainError(why)
+    import cupy
+
+    return cupy
+
+
+def device_target() -> str:
+    """sm_XY of the current GPU."""
+    cp = _cupy()
+    return f"sm_{cp.cuda.Device().compute_capability}"
+
+
+def device_name() -> str:
+    cp = _cupy()
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+class CudaRunner(Runner):
+    def __init__(self, art: Artifact, workdir: Path | None = None) -> None:
+        cp = _cupy()
+        self.cp = cp
+        self.art = art
+        launch = art.launch
+        self.grid = tuple(launch["grid"])
+        self.block = tuple(launch["block"])
+        self.dyn = int(launch.get("dynamic_shared_bytes", 0))
+        self.args = launch["arguments"]
+        self.target = device_target()
+        folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="roller-cuda-"))
+        try:
+            res = toolchain.compile_unit(art.source, self.target, folder, art.kernel_name, keep_cubin=True)
+            self.compiler = res.compiler
+            assert res.cubin is not None
+            self.module = cp.RawModule(path=str(res.cubin))
+        except ToolchainError:
+            self.compiler = "cupy-nvrtc"
+            inc = toolchain.cuda_include_dir()
+            opts = ("-std=c++17",) + ((f"-I{inc}",) if inc else ())
+            try:
+                self.module = cp.RawModule(code=art.source, options=opts, backend="nvrtc")
+                self.module.compile()
+            except cp.cuda.compiler.CompileException as err:
+                folder.mkdir(parents=True, exist_ok=True)
+                path = folder / art.main_file
+                path.write_text(art.source)
+                raise CompileError(f"NVRTC (cupy) failed to compile {art.kernel_name} for {self.target}\n"
+                                   f"{err}\nkernel: {path}\nrepro: python -c \"import cupy; cupy.RawModule("
+                                   f"code=open({str(path)!r}).read(), options={opts!r}).compile()\"") from None
+        self.kernel = self.module.get_function(art.kernel_name)
+        if self.dyn > 48 * 1024:
+            self.kernel.max_dynamic_shared_size_bytes = self.dyn
+
+    def info(self) -> dict[str, Any]:
+        k = self.kernel
+        return {"device": device_name(), "target": self.target, "compiler": self.compiler,
+                "registers": k.num_regs, "smem_bytes": k.shared_size_bytes + self.dyn,
+                "local_bytes": k.local_size_bytes, "max_threads_per_block": k.max_threads_per_block}
+
+    def upload(self, inputs: list[np.ndarray]) -> list[Any]:
+        """Device copies of the inputs, in the kernel's element types."""
+        cp = self.cp
+        return [cp.asarray(np.ascontiguousarray(a, dtype=NP_DTYPES[spec["dtype"]]))
+                for spec, a in zip(self.args[:-1], inputs)]
+
+    def alloc_output(self) -> Any:
+        spec = self.args[-1]
+        return self.cp.empty(tuple(spec["shape"]), dtype=NP_DTYPES[spec["dtype"]])
+
+    def launch(self, dev_inputs: list[Any], dev_out: Any) -> None:
+        self.kernel(self.grid, self.block, (*dev_inputs, dev_out), shared_mem=self.dyn)
+
+    def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        dev = self.upload(inputs)
+        y = self.alloc_output()
+        self.launch(dev, y)
+        host = self.cp.asnumpy(y)
+        if out is not None:
+            out[...] = host
+            return out
+        return host
+
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+        return self.time_device(self.upload(inputs), self.alloc_output(), repeat, warmup)
+
+    def time_device(self, dev_inputs: list[Any], dev_out: Any, repeat: int = 10, warmup: int = 2) -> float:
+        """Median seconds of one launch, from CUDA events around each launch."""
+        return time_events(lambda: self.launch(dev_inputs, dev_out), repeat, warmup)
+
+
+def time_events(fn: Any, repeat: int = 10, warmup: int = 2) -> float:
+    """Median seconds of ``fn()`` on the current stream, measured with CUDA events."""
+    cp = _cupy()
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+    return statistics.median(times)
