@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import roller.backends as backends
+from roller import backends
 from roller.backends import get
 from roller.cli.main import main
 from roller.compare import report as rep
@@ -55,7 +55,7 @@ def report_dir(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("compare")
     custom = _small_smem_yaml(base)
     out = base / "report"
-    argv = ["compare", str(SUITE), "-o", str(out), "--jobs", "2"]
+    argv = ["compare", str(SUITE), "-o", str(out), "--jobs", "2", "--kernels"]
     for d in DEVICES + [str(custom)]:
         argv += ["--hw", d]
     rc, text = _main(*argv)
@@ -247,7 +247,7 @@ def test_measured_from_build_eval(evaluated, tmp_path):
     both.write_text(json.dumps({"ops": json.loads((EXAMPLES / "multi.json").read_text())["ops"]
                                 + [json.loads((EXAMPLES / "matmul.json").read_text())]}))
     out = tmp_path / "r"
-    rc, text = _main("compare", "--hw", "pocl-cpu", "--hw", "mi50", str(both), "--top-k", "3",
+    rc, _ = _main("compare", "--hw", "pocl-cpu", "--hw", "mi50", str(both), "--top-k", "3",
                      "--measured", str(evaluated), "-o", str(out), "--no-plots", "--jobs", "1")
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
@@ -345,7 +345,8 @@ def test_output_not_replaced_when_not_a_report(tmp_path, capsys):
 def test_rerun_replaces_report_and_failure_leaves_nothing(tmp_path, monkeypatch):
     out = tmp_path / "r"
     rc, _ = _main("compare", "--hw", "v100", str(EXAMPLES / "multi.json"), "-o", str(out), "--no-plots",
-                  "--jobs", "1")
+                  "--jobs", "1", "--kernels")
+    assert (out / "kernels" / "v100" / "relu_1d").is_dir()
     assert rc == 0
     rc, _ = _main("compare", "--hw", "mi50", "--hw", "v100", str(EXAMPLES / "matmul.json"), "-o", str(out),
                   "--no-plots", "--jobs", "1")
@@ -393,6 +394,12 @@ def test_no_codegen_flag(tmp_path):
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     assert res["results"][0]["codegen"]["status"] == "skipped" and not (out / "kernels").exists()
+    out2 = tmp_path / "r2"  # code generation without --kernels: rendered, counted, not written
+    rc, _ = _main("compare", "--hw", "pocl-cpu", str(EXAMPLES / "matmul.json"), "-o", str(out2), "--no-plots",
+                  "--jobs", "1")
+    assert rc == 0
+    cg = json.loads((out2 / "results.json").read_text())["results"][0]["codegen"]
+    assert cg["status"] == "ok" and cg["lines"] > 10 and cg["path"] is None and not (out2 / "kernels").exists()
     assert "plots were turned off" in (out / "index.html").read_text()
 
 
@@ -402,14 +409,14 @@ def _run_cli(tmp_path: Path, stderr_tty: bool) -> str:
     argv = [sys.executable, "-m", "roller", "compare", "--hw", "v100", str(EXAMPLES / "matmul.json"), "-o",
             str(tmp_path / ("tty" if stderr_tty else "pipe")), "--no-plots", "--jobs", "1"]
     if not stderr_tty:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         return p.stderr
     import pty
 
     master, slave = pty.openpty()
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=slave, timeout=120)
+        p = subprocess.run(argv, check=False, stdout=subprocess.PIPE, stderr=slave, timeout=120)
         os.close(slave)
         chunks = []
         while True:

@@ -2,8 +2,9 @@
 
     roller compare --hw v100 --hw mi50 --hw ipu-gc200 --hw path/to/new.yaml OPS.json -o report/
 
-writes ``report/index.html`` (self-contained), ``report.md``, ``results.csv``, ``results.json``, ``plots/`` and
-``kernels/<hw>/<op>/`` (the generated sources). Without ``--hw`` every bundled description is compared.
+writes ``report/index.html`` (self-contained), ``report.md``, ``results.csv``, ``results.json`` and ``plots/``;
+with ``--kernels`` also ``kernels/<hw>/<op>/`` (the generated sources, linked from the report). Without ``--hw``
+every bundled description is compared.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def register(sub: Any) -> None:
         "compare", help="compare what ops become on several devices: HTML/markdown/CSV/JSON report",
         description="Construct, predict and generate code for every op of OPS.json on every description, and "
                     "write a report: index.html (one self-contained file), report.md, results.csv, results.json, "
-                    "plots/ and kernels/. Measured times (roller build --eval, bench/fidelity.py) can be added "
-                    "with --measured.")
+                    "plots/ (and kernels/ with --kernels). Measured times (roller build --eval, bench/fidelity.py) "
+                    "can be added with --measured.")
     p.add_argument("file", metavar="OPS.json", help="op file: one op or {\"ops\": [...]}")
     p.add_argument("--hw", dest="hws", action="append", default=[], metavar="NAME|FILE",
                    help="a description to compare (repeatable; bundled: " + ", ".join(hw.list_bundled())
@@ -43,6 +44,9 @@ def register(sub: Any) -> None:
                         "docs/compare.md")
     p.add_argument("--no-codegen", dest="codegen", action="store_false",
                    help="construct and predict only; skip rendering kernels through the backends")
+    p.add_argument("--kernels", action="store_true",
+                   help="also write the generated sources to DIR/kernels/<hw>/<op>/ and link them from the report "
+                        "(thousands of files for a large suite: slower to write and to replace)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="leave out the matplotlib charts")
     p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
                    help="worker processes (default: the CPUs available, at most 8)")
@@ -76,9 +80,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             for _ in range(n):
                 bar.step(note)
 
+        kernels = tmp / "kernels" if args.codegen and args.kernels else None
         report = rep.build(ops, hws, ops_file=args.file, top_k=args.top_k, codegen=args.codegen,
-                           measured=args.measured, baseline=args.baseline, jobs=args.jobs,
-                           kernels_dir=tmp / "kernels" if args.codegen else None, plots=args.plots, on_step=step)
+                           measured=args.measured, baseline=args.baseline, jobs=args.jobs, kernels_dir=kernels,
+                           plots=args.plots, on_step=step)
         bar.close()
         written = rep.write_files(report, tmp)
         report.timing["total_s"] = time.perf_counter() - t0
