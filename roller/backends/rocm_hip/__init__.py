@@ -7,6 +7,7 @@ or compile-check; running needs ROCm and hip-python (``launcher.py``).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +15,14 @@ from roller.backends import Artifact, Backend, Runner
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
+from roller.errors import InputError
 
 if TYPE_CHECKING:
     from roller.construct.rtile import RProgram
     from roller.hw import HardwareDesc
 
 TEMPLATES = Path(__file__).parent / "templates"
+TARGET = re.compile(r"^gfx[0-9a-f]{3,4}$")
 
 # Device math in HIP: the float overloads of the C library (clang's HIP headers map them to OCML).
 # float16 elements are _Float16 (clang's native half type: no header type, and the MFMA builtins take its
@@ -79,6 +82,10 @@ class HipBackend(Backend):
     def render(self, prog: "RProgram", hw: "HardwareDesc") -> Artifact:
         from roller.backends.rocm_hip import mfma
 
+        if not TARGET.match(hw.target):
+            # The target reaches the kernel's comment and hipcc's command line.
+            raise InputError(f"expected an AMD GPU target such as gfx906 or gfx90a for the HIP backend, got "
+                             f"{hw.target!r}", source=hw.source or None, field="target")
         main = f"kernel.{self.file_ext}"
         context: dict[str, Any] = {"line": prog.line(), "statement": prog.expr.statement(), "hw_name": hw.name,
                                    "target": hw.target, "wavefront": hw.parallelism.warp_size,

@@ -85,7 +85,7 @@ def version() -> str:
             out = subprocess.run([exe, "--version"], env=environment(), capture_output=True, text=True,
                                  timeout=120)
             text = " | ".join(line.strip() for line in out.stdout.splitlines()
-                              if line.startswith(("HIP version", "clang version", "AMD clang version")))
+                              if line.startswith("HIP version") or "clang version" in line)
         except (OSError, subprocess.SubprocessError):
             text = ""
         _VERSION[exe] = text or "unknown"
@@ -97,10 +97,12 @@ def compile_target(hw: "HardwareDesc") -> str:
     return SUBSTITUTES.get(hw.target, hw.target)
 
 
-def arch_flags(hw: "HardwareDesc") -> list[str]:
-    """--offload-arch, and on RDNA (gfx10+, where both exist) the wavefront width the description states."""
-    flags = [f"--offload-arch={compile_target(hw)}"]
-    if _family(hw.target) != "gfx9":
+def arch_flags(hw: "HardwareDesc", arch: str | None = None) -> list[str]:
+    """--offload-arch (the description's target, or ``arch``: a device present here), and on RDNA (gfx10+,
+    where both widths exist) the wavefront width the description states."""
+    arch = arch or compile_target(hw)
+    flags = [f"--offload-arch={arch}"]
+    if _family(arch) != "gfx9":
         flags.append("-mwavefrontsize64" if hw.parallelism.warp_size == 64 else "-mno-wavefrontsize64")
     return flags
 
