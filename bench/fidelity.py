@@ -29,6 +29,8 @@ from roller.numpy_reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 3
+ROUND_S = 0.004
+MAX_REPEAT = 200
 
 
 def ranks(values: list[float]) -> list[float]:
@@ -69,10 +71,14 @@ def measure(op, hw, be, k: int, repeat: int) -> list[dict]:  # type: ignore[no-u
         runners.append(runner)
     # Round-robin rounds, best round kept: a burst of load from another process then slows one round of one
     # candidate, not the candidate's figure.
+    # Short kernels get more runs per round (about ROUND_S of kernel time each, at least ``repeat``): the median
+    # of 5 runs of a 10 us kernel is mostly dispatch jitter.
+    reps = [min(MAX_REPEAT, max(repeat, int(ROUND_S / max(r.time(args, repeat=3, warmup=1), 1e-7))))
+            for r in runners]
     best = [math.inf] * len(progs)
     for _ in range(ROUNDS):
         for i, runner in enumerate(runners):
-            best[i] = min(best[i], runner.time(args, repeat=repeat, warmup=1))
+            best[i] = min(best[i], runner.time(args, repeat=reps[i], warmup=1))
     return [{"rank": rank, "program": p.line(), "predicted_ms": p.prediction.time_ms,
              "bottleneck": p.prediction.bottleneck, "measured_ms": t * 1e3, "rprogram": p.to_json()}
             for rank, (p, t) in enumerate(zip(progs, best), 1)]
