@@ -84,13 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         report = rep.build(ops, hws, ops_file=args.file, top_k=args.top_k, codegen=args.codegen,
                            measured=args.measured, baseline=args.baseline, jobs=args.jobs, kernels_dir=kernels,
                            plots=args.plots, on_step=step)
-        bar.close()
-        written = rep.write_files(report, tmp)
-        report.timing["total_s"] = time.perf_counter() - t0
-        # results.json carries the timing; rewrite it with the total now known.
-        import json
-
-        (tmp / "results.json").write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+        written = rep.write_files(report, tmp, started=t0)
         rep.move_into_place(tmp, out_dir)
     finally:
         bar.close()

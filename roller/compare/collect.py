@@ -13,7 +13,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,8 +161,6 @@ def collect(ops: list[TensorExpr], devices: list[HardwareDesc], top_k: int, code
             with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
                 futures = {pool.submit(run_job, t): i for i, t in enumerate(tasks)}
                 pending = set(futures)
-                from concurrent.futures import FIRST_COMPLETED, wait
-
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:

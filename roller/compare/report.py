@@ -225,17 +225,21 @@ def render_csv(report: Report) -> str:
     return buf.getvalue()
 
 
-def write_files(report: Report, folder: Path) -> list[str]:
-    """Write every report file into ``folder`` (which exists); returns the names written."""
+def write_files(report: Report, folder: Path, started: float | None = None) -> list[str]:
+    """Write every report file into ``folder`` (which exists); returns the names written. ``started``
+    (a ``time.perf_counter()`` value) makes ``timing.total_s`` in results.json, which is written last."""
+    t = time.perf_counter()
     (folder / "plots").mkdir(exist_ok=True)
     for name, svg in report.plots.items():
         (folder / "plots" / f"{name}.svg").write_text(svg, encoding="utf-8")
-    t = time.perf_counter()
-    (folder / "results.json").write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
     (folder / "results.csv").write_text(render_csv(report), encoding="utf-8")
     (folder / "report.md").write_text(render_markdown(report), encoding="utf-8")
     (folder / "index.html").write_text(render_html(report), encoding="utf-8")
-    report.timing["write_s"] = time.perf_counter() - t
+    now = time.perf_counter()
+    report.timing["write_s"] = now - t
+    if started is not None:
+        report.timing["total_s"] = now - started
+    (folder / "results.json").write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
     return [n for n in REPORT_FILES if (folder / n).exists()]
 
 
