@@ -28,11 +28,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = {"roller119": ROOT / "bench/suites/roller119.json", "scaled": ROOT / "bench/suites/scaled.json"}
@@ -182,17 +181,18 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     def f(x: float | None, fmt: str = "{:.3g}") -> str:
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
-    lines = [f"### CUDA on {meta['device']} ({meta['hw']}), {meta['date']}", "",
-             f"Suite {meta['suite']}, best of top-{meta['top_k']} (median of {meta['repeat']} launches each); "
+    intro = (f"Suite {meta['suite']}, best of top-{meta['top_k']} (median of {meta['repeat']} launches each); "
              f"copy bandwidth {f(meta.get('copy_gbps'), '{:.0f}')} GB/s; cuDNN baseline: "
              f"{meta.get('cudnn', 'none')}. Ratio = baseline time / roller time (memory-bound ops: fraction of "
-             "copy bandwidth).", "",
+             "copy bandwidth).")
+    lines = [f"### CUDA on {meta['device']} ({meta['hw']}), {meta['date']}", "", intro, "",
              "| category | ops | geomean | min | target | met |", "|---|---|---|---|---|---|"]
     for cat, s in summary(rows).items():
         lines.append(f"| {cat} | {s['ops']} | {f(s['geomean'])} | {f(s['min'])} | {s['target']} {s['what']} | "
                      f"{'yes' if s['met'] else 'no'} |")
-    lines += ["", "| op | kind | dtype | batch | roller ms | top-1 ms | baseline | baseline ms | ratio | rate | "
-              "max rel err | check | rProgram |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    header = ("| op | kind | dtype | batch | roller ms | top-1 ms | baseline | baseline ms | ratio | rate | "
+              "max rel err | check | rProgram |")
+    lines += ["", header, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         check = "-" if r.ok is None else ("ok" if r.ok else "FAIL")
         if r.error:
@@ -317,10 +317,10 @@ def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    import roller.hw as H
     from roller.backends import get
     from roller.backends.cuda.launcher import device_name
     from roller.backends.cuda.toolchain import gpu_present
-    import roller.hw as H
 
     ok, why = gpu_present()
     if not ok:

@@ -59,7 +59,7 @@ class CudaBackend(Backend):
     file_ext = "cu"
     dtypes = ("float32", "float16", "bfloat16")
 
-    def render(self, prog: "RProgram", hw: "HardwareDesc") -> Artifact:
+    def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         from roller.backends.cuda.matrix import matrix_plan
 
         plan = lower(prog, DIALECT, blocked=False)
@@ -96,12 +96,12 @@ class CudaBackend(Backend):
 
         return version_text()
 
-    def compile(self, art: Artifact, hw: "HardwareDesc", workdir: Path | None = None) -> Runner:
+    def compile(self, art: Artifact, hw: HardwareDesc, workdir: Path | None = None) -> Runner:
         from roller.backends.cuda.launcher import CudaRunner
 
         return CudaRunner(art, workdir)
 
-    def check_compiles(self, art: Artifact, hw: "HardwareDesc", workdir: Path) -> dict[str, Any]:
+    def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         from roller.backends.cuda.toolchain import compile_unit
 
         result = compile_unit(art.source, hw.target, workdir, art.kernel_name)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from roller.backends.cuda import BACKEND, STATIC_SMEM_LIMIT
-from roller.backends.cuda.toolchain import Usage, UnitResult, compile_units
+from roller.backends.cuda.toolchain import UnitResult, Usage, compile_units
 from roller.construct import construct
 from roller.hw import HardwareDesc
 from roller.ir import load_ops

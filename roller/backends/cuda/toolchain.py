@@ -27,11 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from roller.errors import CompileError, ToolchainError
 
@@ -83,7 +84,7 @@ def gpu_present() -> tuple[bool, str]:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+            out = subprocess.run([smi, "-L"], check=False, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as err:
             return False, f"nvidia-smi -L failed ({err}): the NVIDIA driver is not usable here"
         if out.returncode != 0 or "GPU" not in out.stdout:
@@ -109,7 +110,7 @@ def nvcc_version() -> str:
     nvcc = nvcc_path()
     if not nvcc:
         return ""
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run([nvcc, "--version"], check=False, capture_output=True, text=True).stdout
     m = re.search(r"release [\d.]+, V([\d.]+)", out)
     return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "?"
 
@@ -119,7 +120,7 @@ def nvcc_archs() -> frozenset[str]:
     nvcc = nvcc_path()
     if not nvcc:
         return frozenset()
-    out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True).stdout
+    out = subprocess.run([nvcc, "--list-gpu-code"], check=False, capture_output=True, text=True).stdout
     return frozenset(out.split())
 
 
@@ -296,7 +297,7 @@ def compile_unit(source: str, target: str, workdir: Path | None, name: str, keep
     t0 = time.perf_counter()
     if compiler == "nvcc":
         cmd = [nvcc_path() or "nvcc", "-cubin", f"-arch={target}", *NVCC_FLAGS, "-o", str(cubin_path), str(path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
         rc, log = proc.returncode, (proc.stdout + proc.stderr)
     else:
         nv = nvrtc12()
