@@ -7,6 +7,7 @@ or compile-check; running needs ROCm and hip-python (``launcher.py``).
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,9 @@ from roller.backends import Artifact, Backend, Runner
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
+from roller.backends.rocm_hip.hipcc import ARCH_VGPRS
 from roller.errors import InputError
+from roller.model.traffic import TileGeometry
 
 if TYPE_CHECKING:
     from roller.construct.rtile import RProgram
@@ -44,8 +47,6 @@ def register_cap(block: int, hw: "HardwareDesc") -> int:
     """Vector registers one lane may use when a block of ``block`` threads is resident: the block's waves
     share the SIMDs of one unit, each SIMD's register file split among its waves (what the compiler enforces
     from __launch_bounds__), and no more than a wave can address."""
-    from roller.backends.rocm_hip.hipcc import ARCH_VGPRS
-
     par = hw.parallelism
     waves = -(-block // par.warp_size)
     per_simd = -(-waves // max(1, par.sub_partitions))
@@ -58,10 +59,6 @@ def k_unroll(prog: "RProgram", hw: "HardwareDesc") -> int:
     fragments still fit the lane's register share on top of the model's estimate. Without this, a large
     register tile unrolled 8 times spilled on gfx906 (119 suite C8 on mi50: 31 VGPRs spilled; unrolled once,
     79 VGPRs and no spill against the model's 78)."""
-    import math
-
-    from roller.model.traffic import TileGeometry
-
     geo = TileGeometry(prog.expr)
     step = tuple(1 if r else s for s, r in zip(prog.thread_tile.shape, geo.reduce_mask))
     frags = -(-sum(math.prod(geo.region(t, step)) * t.itemsize for t in geo.inputs) // 4)
@@ -114,6 +111,7 @@ class HipBackend(Backend):
         return why_unavailable()
 
     def toolchain_version(self) -> str:
+        """What compiles the kernels (part of the build cache's key); ``none`` without hipcc."""
         from roller.backends.rocm_hip.hipcc import version
 
         return version()

@@ -14,9 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from roller.backends import Artifact
 from roller.backends.rocm_hip import BACKEND, mfma
@@ -45,6 +43,7 @@ class KernelCheck:
     plan_lds_bytes: int
     mfma_count: int | None = None  # v_mfma instructions in the device assembly
     problems: list[str] = field(default_factory=list)
+    desc: HardwareDesc | None = field(default=None, repr=False, compare=False)
 
     @property
     def registers(self) -> int:
@@ -103,7 +102,7 @@ def check(suites: dict[str, Sequence[TensorExpr]], descriptions: Sequence[str | 
             kc = KernelCheck(op.name, hw.name, compile_target(hw), prog.line(), prog.block,
                              art.launch.get("matrix_instruction"), usage,
                              prog.prediction.registers_per_thread if prog.prediction else 0, plan.smem_bytes,
-                             usage.get("mfma"))
+                             usage.get("mfma"), desc=hw)
             kc.problems = limits_report(usage, hw, prog.block, plan.smem_bytes,
                                         len(plan.inputs) if plan.staged else 0)
             if art.launch.get("matrix_instruction") and not kc.mfma_count:
@@ -119,7 +118,7 @@ def summary(rows: Sequence[KernelCheck]) -> list[str]:
     lines = []
     for name in dict.fromkeys(r.hw for r in rows):
         rs = [r for r in rows if r.hw == name]
-        hw = load(name)
+        hw = rs[0].desc or load(name)
         cap = next((m.capacity_per_block_bytes for m in hw.memory if m.scope == "block"), 0)
         ratio = [r.registers / r.model_registers for r in rs if r.model_registers]
         over = sum(1 for r in rs if r.registers > r.model_registers)

@@ -1,9 +1,10 @@
 """Compile checks with hipcc, no AMD GPU needed: many kernels per hipcc call, resource usage from its remarks.
 
 ``check_artifacts(arts, hw, workdir)`` writes every kernel to ``workdir``, compiles all of them as one
-translation unit (``hipcc -c --offload-arch=<target> -Rpass-analysis=kernel-resource-usage``: one clang start
-and one set of HIP headers for the lot), reads the per-kernel remarks (VGPRs, AGPRs, SGPRs, spills, scratch,
-LDS, occupancy) and returns them by kernel name. Reports are cached by a hash of the kernel sources, the
+translation unit (``hipcc -c -save-temps --offload-arch=<target> -Rpass-analysis=kernel-resource-usage``: one
+clang start and one set of HIP headers for the lot), reads the per-kernel remarks (VGPRs, AGPRs, SGPRs,
+spills, scratch, LDS, occupancy) and the number of ``v_mfma`` instructions in each kernel's device assembly,
+and returns them by kernel name. Reports are cached by a hash of the kernel sources, the
 flags and the hipcc version, under ``<roller cache>/hip-check/`` (``ROLLER_NO_CACHE=1`` turns it off).
 
 ``HIP_PLATFORM=amd`` goes into the environment of the hipcc process only: without it hipcc picks nvcc
