@@ -43,7 +43,7 @@ DIALECT = Dialect(
 MAX_K_UNROLL = 8
 
 
-def register_cap(block: int, hw: "HardwareDesc") -> int:
+def register_cap(block: int, hw: HardwareDesc) -> int:
     """Vector registers one lane may use when a block of ``block`` threads is resident: the block's waves
     share the SIMDs of one unit, each SIMD's register file split among its waves (what the compiler enforces
     from __launch_bounds__), and no more than a wave can address."""
@@ -54,7 +54,7 @@ def register_cap(block: int, hw: "HardwareDesc") -> int:
     return min(simd // per_simd, par.max_registers_per_thread, ARCH_VGPRS)
 
 
-def k_unroll(prog: "RProgram", hw: "HardwareDesc") -> int:
+def k_unroll(prog: RProgram, hw: HardwareDesc) -> int:
     """How many reduction steps to unroll: the most (a power of two up to MAX_K_UNROLL) whose extra live
     fragments still fit the lane's register share on top of the model's estimate. Without this, a large
     register tile unrolled 8 times spilled on gfx906 (119 suite C8 on mi50: 31 VGPRs spilled; unrolled once,
@@ -76,7 +76,7 @@ class HipBackend(Backend):
     file_ext = "hip"
     dtypes = ("float32", "float16")
 
-    def render(self, prog: "RProgram", hw: "HardwareDesc") -> Artifact:
+    def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         from roller.backends.rocm_hip import mfma
 
         if not TARGET.match(hw.target):
@@ -116,12 +116,12 @@ class HipBackend(Backend):
 
         return version()
 
-    def compile(self, art: Artifact, hw: "HardwareDesc", workdir: Path | None = None) -> Runner:
+    def compile(self, art: Artifact, hw: HardwareDesc, workdir: Path | None = None) -> Runner:
         from roller.backends.rocm_hip.launcher import HipRunner
 
         return HipRunner(art, hw, workdir)
 
-    def check_compiles(self, art: Artifact, hw: "HardwareDesc", workdir: Path) -> dict[str, Any]:
+    def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         from roller.backends.rocm_hip.hipcc import check_artifacts
 
         return check_artifacts([art], hw, workdir)[art.kernel_name]

@@ -12,9 +12,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from roller.backends import Artifact
 from roller.backends.rocm_hip import BACKEND, mfma

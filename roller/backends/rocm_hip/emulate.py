@@ -55,7 +55,7 @@ def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, ti
     main.write_text(harness, encoding="utf-8")
     exe = folder / "harness"
     cmd = [compiler(), "-std=c++20", "-O1", "-pthread", "-w", f"-I{SHIM}", str(main), "-o", str(exe)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
     if proc.returncode != 0:
         raise CompileError(f"host build of {art.kernel_name} for emulation failed\n{proc.stderr[-4000:]}\n"
                            f"kernel: {kernel}\nrepro: {' '.join(cmd)}")
@@ -65,7 +65,8 @@ def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, ti
         np.ascontiguousarray(x, dtype=NUMPY[a["dtype"]]).tofile(path)
         files.append(str(path))
     out_path = folder / "out.bin"
-    proc = subprocess.run([str(exe), *files, str(out_path)], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(exe), *files, str(out_path)], capture_output=True, text=True, check=False,
+                          timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"emulated run of {art.kernel_name} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     out = args[-1]

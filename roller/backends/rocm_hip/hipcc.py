@@ -22,10 +22,11 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from roller.errors import CompileError, ToolchainError
 
@@ -50,7 +51,7 @@ MAX_JOBS = 2
 # clang prints "FILE:L:C: remark: KEY: VALUE [-Rpass...]", or with -save-temps "remark: FILE:L:C: KEY: VALUE ..."
 _REMARK = re.compile(r"^(?:remark: (?P<f1>[^:\n]+):\d+:\d+:|(?P<f2>[^:\n]+):\d+:\d+: remark:)"
                      r"\s+(?P<key>[^:]+?):\s+(?P<val>\S+)\s+\[-Rpass-analysis")
-_ERROR_FILE = re.compile(r"^(?P<file>[^:\n]+):\d+:\d+: (?:fatal )?error:", re.M)
+_ERROR_FILE = re.compile(r"^(?P<file>[^:\n]+):\d+:\d+: (?:fatal )?error:", re.MULTILINE)
 # Back-end errors (LDS over the limit...) name the function, not a source line.
 _ERROR_FUNC = re.compile(r"error: .* in function '(?P<name>\w+)'")
 _KEYS = {"Function Name": "name", "SGPRs": "sgprs", "VGPRs": "vgprs", "AGPRs": "agprs",
@@ -83,7 +84,7 @@ def version() -> str:
         return "none"
     if exe not in _VERSION:
         try:
-            out = subprocess.run([exe, "--version"], env=environment(), capture_output=True, text=True,
+            out = subprocess.run([exe, "--version"], env=environment(), capture_output=True, text=True, check=False,
                                  timeout=120)
             text = " | ".join(line.strip() for line in out.stdout.splitlines()
                               if line.startswith("HIP version") or "clang version" in line)
@@ -93,12 +94,12 @@ def version() -> str:
     return _VERSION[exe]
 
 
-def compile_target(hw: "HardwareDesc") -> str:
+def compile_target(hw: HardwareDesc) -> str:
     """The --offload-arch for a description (its target, or the substitute hipcc 5.2 knows)."""
     return SUBSTITUTES.get(hw.target, hw.target)
 
 
-def arch_flags(hw: "HardwareDesc", arch: str | None = None) -> list[str]:
+def arch_flags(hw: HardwareDesc, arch: str | None = None) -> list[str]:
     """--offload-arch (the description's target, or ``arch``: a device present here), and on RDNA (gfx10+,
     where both widths exist) the wavefront width the description states."""
     arch = arch or compile_target(hw)
@@ -108,7 +109,7 @@ def arch_flags(hw: "HardwareDesc", arch: str | None = None) -> list[str]:
     return flags
 
 
-def sgpr_limit(hw: "HardwareDesc") -> int:
+def sgpr_limit(hw: HardwareDesc) -> int:
     return SGPR_LIMIT.get(_family(hw.target), SGPR_LIMIT["gfx9"])
 
 
@@ -122,12 +123,12 @@ class Unit:
     """One hipcc call: kernels for one target."""
 
     label: str
-    arts: list["Artifact"]
-    hw: "HardwareDesc"
+    arts: list[Artifact]
+    hw: HardwareDesc
     workdir: Path
 
 
-def check_artifacts(arts: Sequence["Artifact"], hw: "HardwareDesc", workdir: Path,
+def check_artifacts(arts: Sequence[Artifact], hw: HardwareDesc, workdir: Path,
                     label: str | None = None) -> dict[str, dict[str, Any]]:
     """Compile ``arts`` for ``hw`` in one hipcc call; resource usage per kernel name (see module doc)."""
     return check_units([Unit(label or hw.name, list(arts), hw, Path(workdir))])[0]
@@ -166,7 +167,8 @@ def _check_unit(unit: Unit) -> dict[str, dict[str, Any]]:
     # -save-temps keeps the device assembly (in the working folder), where the MFMA instructions are counted.
     cmd = [find(), "-c", *flags, tu.name, "-o", "unit.o"]
     try:
-        proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=1800, cwd=folder)
+        proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, check=False, timeout=1800,
+                              cwd=folder)
     except subprocess.TimeoutExpired:
         raise CompileError(f"hipcc took over 30 minutes on {tu}\nrepro: {_repro(cmd, folder)}") from None
     log = proc.stderr + proc.stdout
@@ -230,7 +232,7 @@ def parse_remarks(log: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def limits_report(usage: dict[str, Any], hw: "HardwareDesc", block: int, smem_bytes: int,
+def limits_report(usage: dict[str, Any], hw: HardwareDesc, block: int, smem_bytes: int,
                   n_buffers: int) -> list[str]:
     """What in ``usage`` breaks the description's limits (empty when nothing does).
 

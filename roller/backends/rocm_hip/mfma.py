@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from roller.construct.align import EPSILONS, padding_ok, storage_padding, warp_multiple
 from roller.construct.rtile import Prediction, RProgram, RTile
 from roller.errors import InputError
-from roller.hw import HardwareDesc, MatrixInstruction
+from roller.hw import HardwareDesc, MatrixInstruction, MemoryLayer
 from roller.ir.expr import BinOp, Read
 from roller.ir.tensor_expr import TensorExpr
 from roller.model.micro import REGISTER_OVERHEAD, Resources, predict
@@ -151,7 +151,7 @@ def applies(expr: TensorExpr, hw: HardwareDesc) -> tuple[Roles, list[MatrixInstr
     return (r, insts) if r is not None and insts else None
 
 
-def plan_for(prog: RProgram, hw: HardwareDesc, plan: "KernelPlan") -> MfmaPlan | None:
+def plan_for(prog: RProgram, hw: HardwareDesc, plan: KernelPlan) -> MfmaPlan | None:
     """The MFMA layout of a ``use_matrix`` program (None for other programs). A matrix program that MFMA
     cannot compute is refused: its register-level tile is a wavefront's, which the scalar kernel would
     misread as one thread's."""
@@ -184,7 +184,7 @@ def plan_for(prog: RProgram, hw: HardwareDesc, plan: "KernelPlan") -> MfmaPlan |
                      f"{hw.name} ({', '.join(mi.name for mi in insts)})", field="use_matrix")
 
 
-def _operand(expr: TensorExpr, plan: "KernelPlan", tensor: str, row_axis: str, k_axis: str) -> Operand:
+def _operand(expr: TensorExpr, plan: KernelPlan, tensor: str, row_axis: str, k_axis: str) -> Operand:
     tp = next(t for t in plan.inputs if t.name == tensor)
     idx = expr.accesses(tensor)[0]
     dims = {i.plain_axis(): d for d, i in enumerate(idx)}
@@ -269,7 +269,7 @@ def _tile(names: tuple[str, ...], r: Roles, batch: int, m: int, n: int, k: int) 
     return tuple(t[a] for a in names)
 
 
-def _padding(expr: TensorExpr, geo: TileGeometry, block: tuple[int, ...], lds) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _padding(expr: TensorExpr, geo: TileGeometry, block: tuple[int, ...], lds: MemoryLayer) -> dict[str, int]:
     """Construction's bank rule (2.2c) on each input's staged row."""
     pads = {}
     for t in geo.inputs:
