@@ -296,6 +296,34 @@ def test_measured_records_and_eval_json(evaluated, tmp_path):
         assert res["measured"]["unmatched"] == (["mm_128@h100"] if src == records else [])
 
 
+def test_measured_bench_gpu_rows(tmp_path):
+    """bench/gpu.py --json's shape (no GPU here, so the times are written by hand): the model's top-1 time is
+    used unless the report's program is the fastest one the row names."""
+    progs = {}
+    for d in ("v100", "a100"):
+        rc, out = _main("build", "--hw", d, str(EXAMPLES / "multi.json"), "--dry-run", "--format", "json")
+        assert rc == 0
+        progs[d] = {}
+        for doc in json.loads(out):
+            progs[d].setdefault(doc["op"]["name"], doc["line"])
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps({"meta": {"device": "Tesla V100-SXM2-16GB", "hw": "v100"}, "rows": [
+        {"name": "mm_128", "kind": "matmul", "top1_ms": 0.02, "roller_ms": 0.015, "line": "not the top-1"},
+        {"name": "conv1x1", "kind": "conv2d", "top1_ms": 0.03, "roller_ms": 0.03, "line": progs["v100"]["conv1x1"]},
+        {"name": "relu_1d", "kind": "elementwise", "top1_ms": None, "roller_ms": None, "error": "failed"}]}))
+    out = tmp_path / "r"
+    rc, _ = _main("compare", "--hw", "v100", "--hw", "a100", str(EXAMPLES / "multi.json"), "--measured", str(gpu),
+                  "-o", str(out), "--no-plots", "--jobs", "1")
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    got = {(e["op"], e["hw"]): e["measured"] for e in res["results"]}
+    assert got[("mm_128", "v100")]["measured_ms"] == 0.02 and got[("mm_128", "v100")]["same_program"] is False
+    assert got[("conv1x1", "v100")]["measured_ms"] == 0.03 and got[("conv1x1", "v100")]["same_program"] is True
+    assert got[("conv1x1", "v100")]["device"] == "Tesla V100-SXM2-16GB"
+    assert got[("relu_1d", "v100")] is None and all(got[(o, "a100")] is None for o in ("mm_128", "conv1x1"))
+    assert res["measured"] == {"read": 2, "matched": 2, "unmatched": []}
+
+
 @pytest.mark.parametrize("doc,field", [
     ({"records": [{"hw": "v100", "op": "x", "measured_ms": -1}]}, "records[0].measured_ms"),
     ({"records": [{"hw": "v100", "measured_ms": 1.0}]}, "records[0].op"),

@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
         "compare", help="compare what ops become on several devices: HTML/markdown/CSV/JSON report",
         description="Construct, predict and generate code for every op of OPS.json on every description, and "
                     "write a report: index.html (one self-contained file), report.md, results.csv, results.json, "
-                    "plots/ (and kernels/ with --kernels). Measured times (roller build --eval, bench/fidelity.py) "
+                    "plots/ (and kernels/ with --kernels). Measured times (roller build --eval, bench/gpu.py, bench/fidelity.py) "
                     "can be added with --measured.")
     p.add_argument("file", metavar="OPS.json", help="op file: one op or {\"ops\": [...]}")
     p.add_argument("--hw", dest="hws", action="append", default=[], metavar="NAME|FILE",
@@ -40,8 +40,8 @@ def register(sub: Any) -> None:
                    help="description the ratios and explanations are relative to (default: the first --hw)")
     p.add_argument("--measured", action="append", default=[], metavar="FILE_OR_DIR",
                    help="measured times to show beside the predictions (repeatable): a roller build --eval output "
-                        "folder or report.json/eval.json, or a records JSON (bench/fidelity.py --json); see "
-                        "docs/compare.md")
+                        "folder or report.json/eval.json, bench/gpu.py --json, or a records JSON "
+                        "(bench/fidelity.py --json); see docs/compare.md")
     p.add_argument("--no-codegen", dest="codegen", action="store_false",
                    help="construct and predict only; skip rendering kernels through the backends")
     p.add_argument("--kernels", action="store_true",

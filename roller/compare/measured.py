@@ -10,6 +10,8 @@ Accepted (``roller compare --measured FILE_OR_DIR``, repeatable):
   or a plain list, each record ``{"hw": NAME, "op": NAME, "measured_ms": T}`` with optional ``line`` or
   ``program`` (the rProgram's one-line form), ``predicted_ms``, ``backend``, ``device`` and ``candidates``
   (``[{"line" or "program", "measured_ms"}]``);
+* ``bench/gpu.py --json``: ``{"meta": {"hw", "device"}, "rows": [{"name", "top1_ms", "roller_ms", "line"}]}``
+  (``top1_ms``: the model's top-1 timed; ``roller_ms`` and ``line``: the fastest of the top-K);
 * a folder: searched recursively for ``report.json`` files and records files (other JSON is skipped).
 
 A measurement is attached to the report's entry with the same op and description name. When it lists the
@@ -101,12 +103,33 @@ def _from_records(records: list[Any], source: str, prefix: str) -> list[Measurem
     return out
 
 
+def _from_gpu_rows(doc: dict[str, Any], source: str) -> list[Measurement]:
+    meta = doc["meta"]
+    hw = _text(meta.get("hw"), "meta.hw", source)
+    out = []
+    for i, r in enumerate(doc["rows"]):
+        where = f"rows[{i}]"
+        if not isinstance(r, dict):
+            raise InputError("expected an object", source=source, field=where)
+        top1 = _number(r.get("top1_ms"), f"{where}.top1_ms", source)
+        best = _number(r.get("roller_ms"), f"{where}.roller_ms", source)
+        if top1 is None and best is None:
+            continue  # the op failed on the device; the row says why
+        line = r.get("line")
+        by_line = {line: best} if isinstance(line, str) and best is not None else {}
+        out.append(Measurement(_text(r.get("name"), f"{where}.name", source), hw, top1, by_line, None,
+                               meta.get("device"), source))
+    return out
+
+
 def _kind(doc: Any) -> str | None:
     if isinstance(doc, list):
         return "records"
     if isinstance(doc, dict):
         if isinstance(doc.get("records"), list):
             return "records"
+        if isinstance(doc.get("rows"), list) and isinstance(doc.get("meta"), dict):
+            return "gpu"
         if "op" in doc and "hw" in doc and "candidates" in doc:
             return "build"
     return None
@@ -127,12 +150,15 @@ def load_file(path: Path, explicit: bool = True) -> list[Measurement]:
     kind = _kind(doc)
     if kind == "build":
         return _from_build(doc, source)
+    if kind == "gpu":
+        return _from_gpu_rows(doc, source)
     if kind == "records":
         return _from_records(doc if isinstance(doc, list) else doc["records"], source,
                              "" if isinstance(doc, list) else "records")
     if explicit:
-        raise InputError("not a measured-results file: expected a roller build report.json/eval.json, or "
-                         "{\"records\": [{\"hw\", \"op\", \"measured_ms\"}, ...]}", source=source)
+        raise InputError("not a measured-results file: expected a roller build report.json/eval.json, a "
+                         "bench/gpu.py --json file, or {\"records\": [{\"hw\", \"op\", \"measured_ms\"}, ...]}",
+                         source=source)
     return []
 
 
