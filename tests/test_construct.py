@@ -37,13 +37,17 @@ def _check_program(p, hw) -> None:
     grid = threads = 1
     for a, b, t in zip(expr.axes, block, thread):
         if a.reduce:
-            assert t == 1 and 1 <= b
+            # A matrix program's register-level tile is one warp's fragment tile: its reduction step is the
+            # instruction's k (a multiple of it), not 1.
+            assert (b % t == 0) if p.use_matrix else (t == 1 and 1 <= b)
             continue
         assert b % t == 0, (a.name, b, t)
         n = -(-a.extent // b)
         assert (n - 1) * b < a.extent <= n * b
         grid *= n
         threads *= b // t
+    if p.use_matrix:
+        threads *= par.warp_size  # one warp (wavefront) per fragment tile
     assert (grid, threads) == (p.grid, p.block)
     # Rule (b): transaction-aligned innermost extents unless the tile covers the dimension.
     align = transaction_alignment(expr, hw.memory[p.block_level])
@@ -53,8 +57,12 @@ def _check_program(p, hw) -> None:
     # Rule (c): padded rows are coprime with the banks (in bank words).
     for name, pad in p.block_tile.storage_padding:
         reg = geo.region(next(t for t in geo.inputs if t.name == name), block)
-        words = (reg[-1] + pad) * expr.tensor(name).itemsize // smem.bank_width_bytes
-        assert math.gcd(words, smem.banks) == 1
+        row_bytes = (reg[-1] + pad) * expr.tensor(name).itemsize
+        if p.use_matrix:
+            # Fragment loads read 16-byte pieces: rows are an odd number of them (construct/matrix.py).
+            assert row_bytes % 16 == 0 and (row_bytes // 16) % 2 == 1
+            continue
+        assert math.gcd(row_bytes // smem.bank_width_bytes, smem.banks) == 1
     # Rule (d): per-axis padding within the program's epsilon.
     for a, b in zip(expr.axes, block):
         if a.reduce or b == a.extent:

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from roller.backends import Artifact, Backend
+from roller.errors import InputError
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
@@ -26,6 +27,12 @@ class OpenCLBackend(Backend):
     dtypes = ("float32",)
 
     def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
+        if prog.use_matrix:
+            # A matrix program's register-level tile is one warp's fragment tile, not a thread's: the scalar
+            # plan would index it wrongly.
+            raise InputError(f"{prog.expr.name}: the program for {hw.name} uses warp-level matrix instructions, "
+                             "which the OpenCL backend does not render; use the description's own backend",
+                             field="--backend")
         mapping = os.environ.get("ROLLER_CL_MAPPING")  # "blocked" / "strided": override for experiments
         plan = lower(prog, DIALECT, blocked=None if not mapping else mapping == "blocked")
         src = render(plan, DIALECT, TEMPLATES, "kernel.cl.j2", line=prog.line(), statement=prog.expr.statement())
