@@ -25,6 +25,7 @@ import roller.hw as H
 from roller.backends import get
 from roller.construct import construct
 from roller.ir import load_ops
+from roller.evaluate import spearman as rank_correlation
 from roller.numpy_reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,31 +34,15 @@ ROUND_S = 0.004
 MAX_REPEAT = 200
 
 
-def ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    r = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            r[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return r
-
-
 def spearman(a: list[float], b: list[float]) -> float:
+    """roller.evaluate.spearman, with this report's conventions where it is undefined: one candidate or two
+    constant sides agree perfectly (1), one constant side against a varying one does not correlate (0)."""
+    r = rank_correlation(a, b)
+    if r is not None:
+        return r
     if len(a) < 2:
         return 1.0
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.mean(ra), statistics.mean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
-    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
-    if va == 0 or vb == 0:
-        return 1.0 if va == vb else 0.0
-    return cov / (va * vb)
+    return 1.0 if len(set(a)) == 1 and len(set(b)) == 1 else 0.0
 
 
 def measure(op, hw, be, k: int, repeat: int) -> list[dict]:  # type: ignore[no-untyped-def]

@@ -204,13 +204,7 @@ class Evaluation:
                  if c.predicted_s is not None and c.measured_s is not None]
         if len(pairs) < 3:
             return None
-        rp = _ranks([p for p, _ in pairs])
-        rm = _ranks([m for _, m in pairs])
-        n = len(pairs)
-        mp, mm = sum(rp) / n, sum(rm) / n
-        cov = sum((a - mp) * (b - mm) for a, b in zip(rp, rm))
-        var = math.sqrt(sum((a - mp) ** 2 for a in rp) * sum((b - mm) ** 2 for b in rm))
-        return cov / var if var else None
+        return spearman([p for p, _ in pairs], [m for _, m in pairs])
 
     def to_json(self) -> dict[str, Any]:
         src = self.op.source or self.op
@@ -225,6 +219,18 @@ class Evaluation:
             "rank_correlation": self.rank_correlation(), "check": self.check, "seconds": self.seconds,
             "candidates": [c.to_json() for c in self.candidates],
         }
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (ties share their mean rank); None when either side has no spread."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    n = len(rx)
+    if n < 2:
+        return None
+    mx, my = sum(rx) / n, sum(ry) / n
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return cov / var if var else None
 
 
 def _ranks(xs: Sequence[float]) -> list[float]:
