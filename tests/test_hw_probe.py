@@ -71,19 +71,29 @@ def test_probe_api_quick():
 
     lines = []
     res = probe.probe(quick=True, log=lines.append)
-    assert len(lines) >= 4 and lines[0].startswith("[1/4]")
+    assert len(lines) >= 7 and lines[0].startswith("[1/7]")
     assert all(x > 0 for x in res.global_gbps + res.local_gbps + res.fp32_tflops)
     assert res.seconds < 60
     d = hw.load_text(res.to_yaml("p"), "p.yaml")
     assert d.compute["float32"].vector.effective_tflops == pytest.approx(
         float(f"{statistics.median(res.fp32_tflops):.6g}"))
+    # Calibration: what was measured is what the description holds (4 significant digits), and the register-tile
+    # loop never beats the FMA-chain peak by more than timing noise.
+    cal = d.calibration
+    assert cal.launch_us == pytest.approx(res.launch_us, rel=1e-3)
+    assert cal.per_block_us == pytest.approx(res.per_block_us, rel=1e-3)
+    assert [(t.rows, t.cols) for t in cal.register_tiles] == [(r, c) for r, c, _ in res.tile_gflops]
+    assert len(cal.register_tiles) == len(probe.TILE_SHAPES_QUICK)
+    for t, (_, _, g) in zip(cal.register_tiles, res.tile_gflops):
+        assert t.gflops == pytest.approx(g, rel=1e-3)
+        assert 0 < t.gflops * 1e9 <= 1.5 * d.peak_flops("float32", peak=True)
 
 
 def test_probe_progress_on_stderr(probed, capsys, tmp_path):
     _device()
     assert main(["hw", "probe", "--quick"]) == 0
     captured = capsys.readouterr()
-    assert "[4/4]" in captured.err and captured.out.startswith("# Written by `roller hw probe`")
+    assert "[7/7]" in captured.err and captured.out.startswith("# Written by `roller hw probe`")
     assert hw.load_text(captured.out, "stdout").name == "probed-opencl"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,50 @@ class MatrixInstruction:
 
 
 @dataclass(frozen=True)
+class TileThroughput:
+    """FP32 throughput one thread reaches with a ``rows`` x ``cols`` register tile of accumulators (``cols``
+    the contiguous run), measured on the whole device with the C-family kernels' inner loop."""
+
+    rows: int
+    cols: int
+    gflops: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``roller hw probe`` measured beyond the peaks; the model uses each value that is present."""
+
+    launch_us: float | None = None       # an empty kernel, launch to completion (event-timed)
+    per_block_us: float | None = None    # added per work-group a unit runs (slope over many empty groups)
+    register_tiles: tuple[TileThroughput, ...] = ()
+    gathered_tiles: tuple[TileThroughput, ...] = ()   # the same loop reading one input through an im2col decode
+
+    def tile_flops(self, rows: int, cols: int, gathered: bool = False) -> float | None:
+        """FLOP/s of the measured register tile nearest to ``rows`` x ``cols`` (distance in log2 of both
+        sides: throughput follows the tile's shape, not its area alone; equally near ones give their
+        geometric mean), or None without measurements. ``gathered`` looks in the gathered-read table first."""
+        tiles = (self.gathered_tiles if gathered else ()) or self.register_tiles
+        if not tiles:
+            return None
+        lr, lc = math.log2(max(rows, 1)), math.log2(max(cols, 1))
+        dist = [(math.log2(t.rows) - lr) ** 2 + (math.log2(t.cols) - lc) ** 2 for t in tiles]
+        near = [t.gflops for t, d in zip(tiles, dist) if d <= min(dist) + 1e-9]
+        return (near[0] if len(near) == 1 else math.exp(sum(math.log(g) for g in near) / len(near))) * 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.launch_us is not None:
+            out["launch_us"] = self.launch_us
+        if self.per_block_us is not None:
+            out["per_block_us"] = self.per_block_us
+        for key, tiles in (("register_tile_gflops", self.register_tiles),
+                           ("gathered_tile_gflops", self.gathered_tiles)):
+            if tiles:
+                out[key] = [{"rows": t.rows, "cols": t.cols, "gflops": t.gflops} for t in tiles]
+        return out
+
+
+@dataclass(frozen=True)
 class HardwareDesc:
     name: str
     vendor: str
@@ -112,6 +157,7 @@ class HardwareDesc:
     compute: Mapping[str, DtypeCompute]         # keyed by dtype name (a read-only dict)
     matrix_instructions: tuple[MatrixInstruction, ...] = ()
     notes: str = ""
+    calibration: Calibration | None = None
     source: str = field(default="", compare=False)   # path of the YAML (not part of equality or hash)
 
     # -- conveniences used by construction and the model ------------------------------------------
@@ -195,6 +241,8 @@ class HardwareDesc:
         out["matrix_instructions"] = [
             {"name": mi.name, "shape": list(mi.shape), "input_dtype": mi.input_dtype,
              "accumulator_dtype": mi.accumulator_dtype} for mi in self.matrix_instructions]
+        if self.calibration is not None:
+            out["calibration"] = self.calibration.to_dict()
         return out
 
     def content_hash(self) -> str:

@@ -22,6 +22,7 @@ from roller.hw.desc import (
     BACKENDS,
     DTYPES,
     SCOPES,
+    Calibration,
     ComputePeak,
     DtypeCompute,
     FrozenDict,
@@ -29,6 +30,7 @@ from roller.hw.desc import (
     MatrixInstruction,
     MemoryLayer,
     Parallelism,
+    TileThroughput,
 )
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "hwdesc"
@@ -36,7 +38,7 @@ OVERRIDE = "--set"   # marks a key path whose value came from a --set override
 
 
 TOP_KEYS = ("name", "vendor", "backend", "target", "notes", "memory", "parallelism", "compute",
-            "matrix_instructions")
+            "matrix_instructions", "calibration")
 TOP_REQUIRED = ("name", "vendor", "backend", "target", "memory", "parallelism", "compute")
 LAYER_KEYS = ("name", "scope", "capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
               "capacity_per_thread_bytes", "bandwidth_gbps", "transaction_bytes", "line_bytes", "banks",
@@ -381,9 +383,39 @@ class _Checker:
         memory = self.memory(data["memory"], par)
         compute = self.compute(data["compute"])
         mis = self.matrix_instructions(data.get("matrix_instructions"), compute)
+        cal = None if data.get("calibration") is None else self.calibration(data["calibration"])
         return HardwareDesc(name=name, vendor=vendor, backend=backend, target=target, memory=memory,
                             parallelism=par, compute=compute, matrix_instructions=mis, notes=notes.strip(),
-                            source=self.doc.display)
+                            calibration=cal, source=self.doc.display)
+
+    def calibration(self, value: Any) -> Calibration:
+        path: tuple = ("calibration",)
+        self.mapping(value, path, ("launch_us", "per_block_us", "register_tile_gflops", "gathered_tile_gflops"),
+                     ())
+        times = {key: None if value.get(key) is None else self.number(value[key], path + (key,))
+                 for key in ("launch_us", "per_block_us")}
+        return Calibration(launch_us=times["launch_us"], per_block_us=times["per_block_us"],
+                           register_tiles=self.tile_table(value, path, "register_tile_gflops"),
+                           gathered_tiles=self.tile_table(value, path, "gathered_tile_gflops"))
+
+    def tile_table(self, value: dict, path: tuple, key: str) -> tuple[TileThroughput, ...]:
+        tiles = value.get(key)
+        if tiles is None:
+            return ()
+        if not isinstance(tiles, list):
+            raise self.fail(path + (key,), f"expected a list, got {show(tiles)}")
+        seen: dict[tuple[int, int], int] = {}
+        out = []
+        for i, item in enumerate(tiles):
+            ip = path + (key, i)
+            self.mapping(item, ip, ("rows", "cols", "gflops"), ("rows", "cols", "gflops"))
+            shape = (self.pos_int(item["rows"], ip + ("rows",)), self.pos_int(item["cols"], ip + ("cols",)))
+            if shape in seen:
+                raise self.fail(ip, f"expected each rows x cols once, got {shape[0]}x{shape[1]} again "
+                                    f"(also {key}[{seen[shape]}])")
+            seen[shape] = i
+            out.append(TileThroughput(*shape, self.number(item["gflops"], ip + ("gflops",))))
+        return tuple(out)
 
     def memory(self, value: Any, par: Parallelism) -> tuple[MemoryLayer, ...]:
         path: tuple = ("memory",)

@@ -74,6 +74,62 @@ __kernel void flops(__global float *out, int iters, float s) {{
 }}
 """
 
+_EMPTY_SRC = r"""
+__kernel void empty(__global float *out) {
+    if (get_global_id(0) == 0xffffffffu) out[0] = 1.0f;
+}
+"""
+
+# The C-family kernels' inner loop (roller/backends/c_family/templates/kernel.j2, unstaged path): each work-item
+# keeps an R x C tile of accumulators and, per reduction step, loads R elements of A and C of B (C contiguous)
+# and does R*C multiply-adds. What this reaches, by tile shape, is what the model uses for compute.
+_TILE_SRC = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void tile(__global const float *restrict A, __global const float *restrict B, __global float *restrict C) {
+    const int g = get_global_id(0);
+    float acc[R * CC];
+    #pragma unroll
+    for (int j = 0; j < R * CC; ++j) acc[j] = 0.0f;
+    #pragma unroll 8
+    for (int k = 0; k < K; ++k) {
+        #pragma unroll
+        for (int j = 0; j < R * CC; ++j)
+            acc[j] += A[k * (64 * R) + (g % 64) * R + j / CC] * B[k * CC + j % CC];
+    }
+    #pragma unroll
+    for (int j = 0; j < R * CC; ++j) C[g * R * CC + j] = acc[j];
+}
+"""
+# The same loop with A read through the im2col view of a 3x3 SAME convolution over 31x31 images (the implicit
+# GEMM's gathered read): each element's index is decoded with divisions and guarded against the padding.
+_GATHER_SRC = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void tile(__global const float *restrict A, __global const float *restrict B, __global float *restrict C) {
+    const int g = get_global_id(0);
+    float acc[R * CC];
+    #pragma unroll
+    for (int j = 0; j < R * CC; ++j) acc[j] = 0.0f;
+    #pragma unroll 8
+    for (int k = 0; k < K; ++k) {
+        #pragma unroll
+        for (int j = 0; j < R * CC; ++j) {
+            const int v = (g % 64) * R + j / CC;
+            const int y = ((v / 31) % 31) + ((k / 3) % 3) - 1;
+            const int x = (v % 31) + (k % 3) - 1;
+            const float a = ((unsigned)y < 31u && (unsigned)x < 31u) ? A[(k / 9) * 961 + y * 31 + x] : 0.0f;
+            acc[j] += a * B[k * CC + j % CC];
+        }
+    }
+    #pragma unroll
+    for (int j = 0; j < R * CC; ++j) C[g * R * CC + j] = acc[j];
+}
+"""
+TILE_SHAPES = ((1, 1), (1, 4), (4, 1), (2, 2), (1, 16), (16, 1), (4, 4), (2, 16), (8, 8), (4, 16), (16, 4),
+               (8, 32), (16, 16))
+TILE_SHAPES_QUICK = ((1, 1), (4, 4), (4, 16))
+GATHER_SHAPES = ((1, 1), (1, 4), (4, 1), (4, 4), (1, 16), (16, 1), (8, 8), (4, 16), (16, 4), (8, 16), (16, 16))
+GATHER_SHAPES_QUICK = ((1, 1), (4, 4))
+
 
 @dataclass
 class ProbeResult:
@@ -99,6 +155,10 @@ class ProbeResult:
     global_gbps: list[float] = field(default_factory=list)
     local_gbps: list[float] = field(default_factory=list)
     fp32_tflops: list[float] = field(default_factory=list)
+    launch_us: float = 0.0
+    per_block_us: float = 0.0
+    tile_gflops: list[tuple[int, int, float]] = field(default_factory=list)   # (rows, cols, GFLOP/s)
+    gather_gflops: list[tuple[int, int, float]] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_yaml(self, name: str = "probed-opencl") -> str:
@@ -183,7 +243,7 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
     log = log or _progress
     start = time.perf_counter()
     dev = choose_device(cl, device_spec)
-    log(f"[1/4] device: {dev.name.strip()} ({dev.platform.name.strip()})")
+    log(f"[1/7] device: {dev.name.strip()} ({dev.platform.name.strip()})")
     ctx = cl.Context([dev])
     try:
         queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -197,7 +257,7 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
     mib = 32 if quick else 256
     nbytes = min(mib * 2**20, dev.max_mem_alloc_size // 2, dev.global_mem_size // 8)
     nbytes -= nbytes % (16 * 1024)
-    log(f"[2/4] global-memory bandwidth: copying {nbytes // 2**20} MiB, {runs} runs")
+    log(f"[2/7] global-memory bandwidth: copying {nbytes // 2**20} MiB, {runs} runs")
     prog = cl.Program(ctx, _COPY_SRC).build(options=options)
     copy = cl.Kernel(prog, "copy")
     mf = cl.mem_flags
@@ -220,7 +280,7 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
                      dev.local_mem_size // (k * 16 * 2) or 1))
     groups = res.compute_units * (4 if quick else 16)
     iters = 256 if quick else 16384
-    log(f"[3/4] local-memory bandwidth: {groups} work-groups of {lwg}, {iters} iterations, {runs} runs")
+    log(f"[3/7] local-memory bandwidth: {groups} work-groups of {lwg}, {iters} iterations, {runs} runs")
     prog = cl.Program(ctx, _LOCAL_SRC).build(options=options)
     lmem = cl.Kernel(prog, "lmem")
     out = cl.Buffer(ctx, mf.WRITE_ONLY, groups * lwg * 4)
@@ -236,7 +296,7 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
     fgroups = res.compute_units * (2 if quick else 32)
     fiters = 256 if quick else 16384
     widths = sorted({w for w in (4, 8, res.vector_width, res.native_vector_width) if w in (4, 8, 16)})
-    log(f"[4/4] FP32 throughput: {chains} FMA chains on float{'/float'.join(map(str, widths))}, "
+    log(f"[4/7] FP32 throughput: {chains} FMA chains on float{'/float'.join(map(str, widths))}, "
         f"{fgroups} work-groups of {fwg}")
     fout = cl.Buffer(ctx, mf.WRITE_ONLY, fgroups * fwg * 4)
     best: list[float] = []
@@ -253,8 +313,69 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
         if not best or statistics.median(got) > statistics.median(best):
             best, res.fp32_vector_width = got, width
     res.fp32_tflops = best
+    _probe_overheads(cl, ctx, queue, res, quick, log)
+    _probe_tiles(cl, ctx, queue, res, quick, log)
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _probe_overheads(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
+                     log: Callable[[str], None]) -> None:
+    """Launch time of an empty kernel, and the time each further work-group adds on a unit: the least-squares
+    slope of the time against the groups per unit, over 1 to 256 single-item groups per unit. Each point is
+    the fastest of its runs (a median was thrown 30x off by one burst of load in a probe run)."""
+    runs = 21 if quick else 101
+    units = res.compute_units
+    per_unit = (1, 8, 32) if quick else (1, 8, 32, 128, 256)
+    log(f"[5/7] overheads: empty kernel, 1 to {per_unit[-1]} work-groups per unit, {runs} runs each")
+    kern = cl.Kernel(cl.Program(ctx, _EMPTY_SRC).build(), "empty")
+    out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 4)
+    kern.set_args(out)
+    res.launch_us = min(_time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (1,), (1,)), runs, cl)) * 1e6
+    times = [min(_time(queue, lambda g=n * units: cl.enqueue_nd_range_kernel(queue, kern, (g,), (1,)), runs, cl))
+             for n in per_unit]
+    mx, my = statistics.mean(per_unit), statistics.mean(times)
+    slope = sum((x - mx) * (y - my) for x, y in zip(per_unit, times)) / sum((x - mx) ** 2 for x in per_unit)
+    res.launch_us = max(res.launch_us, 1e-3)
+    res.per_block_us = max(slope * 1e6, 1e-6)
+    log(f"      launch {res.launch_us:.3g} us, {res.per_block_us * 1e3:.3g} ns per work-group and unit")
+
+
+def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
+                 log: Callable[[str], None]) -> None:
+    """FP32 throughput of the kernels' register-tile loop for a range of tile shapes, with plain and with
+    gathered reads (best of the runs: the table ranks shapes, and the best run is the least disturbed by other
+    processes)."""
+    tables = ((_TILE_SRC, TILE_SHAPES_QUICK if quick else TILE_SHAPES, "plain"),
+              (_GATHER_SRC, GATHER_SHAPES_QUICK if quick else GATHER_SHAPES, "gathered"))
+    wg = 16 if res.device_type == "cpu" else 64
+    # 32 groups per unit: kernels of 0.1-30 ms; with 8 the 30 us ones varied 2x between probe runs.
+    groups = res.compute_units * (2 if quick else 32)
+    steps = 63 if quick else 144   # a multiple of 9: the gathered read walks whole 3x3 windows
+    runs = 3 if quick else 5
+    mf = cl.mem_flags
+    shapes = tables[0][1] + tables[1][1]
+    a = cl.Buffer(ctx, mf.READ_ONLY, 4 * max(steps * 64 * max(r for r, _ in shapes), 961 * (steps // 9 + 1)))
+    b = cl.Buffer(ctx, mf.READ_ONLY, 4 * steps * max(c for _, c in shapes))
+    cl.enqueue_fill_buffer(queue, a, b"\x00\x00\x80\x3f", 0, a.size).wait()
+    cl.enqueue_fill_buffer(queue, b, b"\x00\x00\x80\x3f", 0, b.size).wait()
+    c = cl.Buffer(ctx, mf.WRITE_ONLY, 4 * groups * wg * max(r * c for r, c in shapes))
+    for step, (src, table, what) in enumerate(tables, 6):
+        log(f"[{step}/7] register tiles, {what} reads: {len(table)} shapes, {groups} work-groups of {wg}, "
+            f"{steps} steps")
+        got = []
+        for rows, cols in table:
+            opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"]
+            kern = cl.Kernel(cl.Program(ctx, src).build(options=opts), "tile")
+            kern.set_args(a, b, c)
+            t = min(_time(queue, lambda k=kern: cl.enqueue_nd_range_kernel(queue, k, (groups * wg,), (wg,)),
+                          runs, cl))
+            got.append((rows, cols, 2 * groups * wg * steps * rows * cols / t / 1e9))
+        log("      " + ", ".join(f"{r}x{c} {g:.3g}" for r, c, g in got) + " GFLOP/s")
+        if what == "plain":
+            res.tile_gflops = got
+        else:
+            res.gather_gflops = got
 
 
 def _np_int(x: int) -> Any:
@@ -419,6 +540,16 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
     w(f"  float32: {{vector: {{peak_tflops: {fp_peak:.6g}, effective_tflops: {fp_eff:.6g}}}}}   "
       f"# measured: float{r.fp32_vector_width} FMA chains")
     w("matrix_instructions: []")
+    w("calibration:                                       # measured; the model uses these when present")
+    w(f"  launch_us: {_g(r.launch_us)}                                   # measured: empty kernel, fastest run")
+    w(f"  per_block_us: {_g(r.per_block_us)}                            # measured: slope per work-group and unit")
+    w("  register_tile_gflops:                            # measured: the kernels' register-tile loop, best run")
+    for rows, cols, g in r.tile_gflops:
+        w(f"    - {{rows: {rows}, cols: {cols}, gflops: {_g(g)}}}")
+    w("  gathered_tile_gflops:                            # measured: the same loop reading A through an im2col "
+      "decode")
+    for rows, cols, g in r.gather_gflops:
+        w(f"    - {{rows: {rows}, cols: {cols}, gflops: {_g(g)}}}")
     return "\n".join(lines) + "\n"
 
 

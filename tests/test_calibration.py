@@ -1,0 +1,151 @@
+"""Calibration in hardware descriptions: the loader's checks, the nearest-tile lookup, and how the model uses
+measured values (and works from the peaks without them)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from roller import hw
+from roller.cli.main import main
+from roller.construct import construct
+from roller.ir import load_op
+from roller.model.micro import _guarded_reads, _register_tile
+from roller.model.traffic import TileGeometry
+
+from test_hw_errors import BASE
+
+MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
+CAL = """\
+calibration:
+  launch_us: 2.5
+  per_block_us: 0.5
+  register_tile_gflops:
+    - {rows: 1, cols: 1, gflops: 4}
+    - {rows: 4, cols: 16, gflops: 100}
+    - {rows: 16, cols: 4, gflops: 50}
+  gathered_tile_gflops:
+    - {rows: 1, cols: 1, gflops: 1}
+    - {rows: 4, cols: 16, gflops: 3}
+"""
+FIRST = BASE.count("\n") + 2   # line of the first key under "calibration:" once CAL is appended to BASE
+
+
+def _without_calibration(d: hw.HardwareDesc) -> hw.HardwareDesc:
+    return dataclasses.replace(d, calibration=None)
+
+
+def test_bundled_pocl_description_is_calibrated():
+    cal = hw.load("pocl-cpu").calibration
+    assert cal is not None and cal.launch_us and cal.per_block_us
+    assert len(cal.register_tiles) >= 10
+    assert {(t.rows, t.cols) for t in cal.register_tiles} >= {(1, 1), (4, 4), (16, 16)}
+
+
+def test_calibration_round_trips_and_changes_the_hash():
+    d = hw.load("pocl-cpu")
+    again = hw.from_dict(d.to_dict())
+    assert again.calibration == d.calibration
+    assert again.content_hash() == d.content_hash()
+    assert _without_calibration(d).content_hash() != d.content_hash()
+
+
+def test_loads_from_yaml(tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text(BASE + CAL)
+    cal = hw.load(str(path)).calibration
+    assert cal.launch_us == 2.5 and cal.per_block_us == 0.5
+    assert [(t.rows, t.cols, t.gflops) for t in cal.register_tiles] == [(1, 1, 4.0), (4, 16, 100.0), (16, 4, 50.0)]
+    assert [(t.rows, t.cols, t.gflops) for t in cal.gathered_tiles] == [(1, 1, 1.0), (4, 16, 3.0)]
+
+
+def test_nearest_tile_by_shape():
+    cal = hw.from_dict(hw.load_text(BASE + CAL).to_dict()).calibration
+    assert cal.tile_flops(4, 16) == 100e9              # measured shape
+    assert cal.tile_flops(8, 16) == 100e9              # one doubling from 4x16, two from 16x4
+    assert cal.tile_flops(32, 2) == 50e9
+    assert cal.tile_flops(1, 2) == 4e9
+    # Equally near to 4x16 and 16x4 (8x8): the geometric mean of the two.
+    assert cal.tile_flops(8, 8) == pytest.approx(math.sqrt(100 * 50) * 1e9)
+    assert hw.Calibration().tile_flops(4, 4) is None
+    # Gathered reads have their own table, and fall back to the plain one when it is missing.
+    assert cal.tile_flops(4, 16, gathered=True) == 3e9
+    assert cal.tile_flops(2, 2, gathered=True) == 1e9
+    assert dataclasses.replace(cal, gathered_tiles=()).tile_flops(4, 16, gathered=True) == 100e9
+
+
+CASES = [
+    ("unknown-key", CAL.replace("launch_us", "launch_ms"),
+     "{p}:%d calibration.launch_ms: unknown key; did you mean 'launch_us'?" % FIRST),
+    ("launch-negative", CAL.replace("launch_us: 2.5", "launch_us: -1"),
+     "{p}:%d calibration.launch_us: expected a positive number, got -1" % FIRST),
+    ("gflops-zero", CAL.replace("gflops: 100", "gflops: 0"),
+     "{p}:%d calibration.register_tile_gflops[1].gflops: expected a positive number, got 0" % (FIRST + 4)),
+    ("rows-float", CAL.replace("rows: 16", "rows: 1.5"),
+     "{p}:%d calibration.register_tile_gflops[2].rows: expected a positive integer, got 1.5" % (FIRST + 5)),
+    ("cols-missing", CAL.replace("cols: 4, ", ""),
+     "{p}:%d calibration.register_tile_gflops[2]: missing key 'cols'" % (FIRST + 5)),
+    ("shape-twice", CAL.replace("rows: 16, cols: 4", "rows: 4, cols: 16"),
+     "{p}:%d calibration.register_tile_gflops[2]: expected each rows x cols once, got 4x16 again "
+     "(also register_tile_gflops[1])" % (FIRST + 5)),
+    ("gathered-twice", CAL.replace("rows: 4, cols: 16, gflops: 3", "rows: 1, cols: 1, gflops: 3"),
+     "{p}:%d calibration.gathered_tile_gflops[1]: expected each rows x cols once, got 1x1 again "
+     "(also gathered_tile_gflops[0])" % (FIRST + 8)),
+    ("tiles-not-list", CAL[:CAL.index("  register_tile_gflops")] + "  register_tile_gflops: 12\n",
+     "{p}:%d calibration.register_tile_gflops: expected a list, got 12" % (FIRST + 2)),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_calibration(tmp_path, capsys, text, expected):
+    path = tmp_path / "x.yaml"
+    path.write_text(BASE + text)
+    code = main(["hw", "validate", str(path)])
+    assert capsys.readouterr().err == f"roller: error: {expected.format(p=path)}\n"
+    assert code == 2
+
+
+@pytest.mark.parametrize("op,guarded", [
+    (MATMUL, False),
+    ({"name": "c", "op": "conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "F": 8, "KH": 3, "KW": 3, "padding": "SAME"}, True),
+    ({"name": "d", "op": "depthwise_conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "KH": 3, "KW": 3}, True),
+    ({"name": "p", "op": "maxpool2d", "N": 1, "C": 4, "H": 8, "W": 8, "K": 2}, True),
+    ({"name": "r", "op": "elementwise", "fn": "relu", "shapes": {"X": [4, 9]}}, False),
+    ({"name": "t", "op": "transpose", "shape": [4, 9], "perm": [1, 0]}, False),
+])
+def test_guarded_reads(op, guarded):
+    assert _guarded_reads(TileGeometry(load_op(op))) is guarded
+
+
+def test_register_tile_is_rows_by_output_run():
+    expr = load_op(MATMUL)
+    geo = TileGeometry(expr)
+    assert _register_tile(geo, (8, 16, 1)) == (8, 16)   # (m, n, k): n is C's contiguous run
+    assert _register_tile(geo, (1, 4, 1)) == (1, 4)
+
+
+def test_model_uses_calibration_and_works_without():
+    cal_hw = hw.load("pocl-cpu")
+    peak_hw = _without_calibration(cal_hw)
+    op = load_op(MATMUL)
+    with_cal = {p.line(): p for p in construct(op, cal_hw, top_k=50)}
+    without = {p.line(): p for p in construct(op, peak_hw, top_k=50)}
+    common = set(with_cal) & set(without)
+    assert common
+    cal = cal_hw.calibration
+    for line in common:
+        a, b = with_cal[line], without[line]
+        geo = TileGeometry(a.expr)
+        rows, cols = _register_tile(geo, a.thread_tile.shape)
+        # Compute scales with the measured tile throughput instead of the FMA-chain peak...
+        ratio = cal_hw.peak_flops() / cal.tile_flops(rows, cols)
+        assert a.prediction.compute_time_s == pytest.approx(b.prediction.compute_time_s * ratio)
+        # ...and the fixed costs are added on top of the bottleneck's time.
+        rounds = -(-a.grid // cal_hw.parallelism.compute_units)
+        fixed = (cal.launch_us + rounds * cal.per_block_us) * 1e-6
+        slowest = max([a.prediction.compute_time_s] + [t for _, t in a.prediction.layer_times_s])
+        assert a.prediction.time_s == pytest.approx(slowest + fixed)
+        # The fraction of peak stays relative to the device's peak, not the tile's.
+        useful = math.prod(geo.extents) * geo.flops_per_point
+        assert a.prediction.fraction_of_peak == pytest.approx(useful / a.prediction.time_s / cal_hw.peak_flops())
