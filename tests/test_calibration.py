@@ -9,7 +9,7 @@ import pytest
 
 from roller import hw
 from roller.cli.main import main
-from roller.construct import construct
+from roller.construct import construct, repredict
 from roller.ir import load_op
 from roller.model.micro import _guarded_reads, _register_tile
 from roller.model.traffic import TileGeometry
@@ -149,3 +149,43 @@ def test_model_uses_calibration_and_works_without():
         # The fraction of peak stays relative to the device's peak, not the tile's.
         useful = math.prod(geo.extents) * geo.flops_per_point
         assert a.prediction.fraction_of_peak == pytest.approx(useful / a.prediction.time_s / cal_hw.peak_flops())
+
+
+def test_repredict_reproduces_and_follows_the_description():
+    cal_hw = hw.load("pocl-cpu")
+    progs = construct(load_op(MATMUL), cal_hw, top_k=5)
+    for p in progs:
+        assert repredict(p, cal_hw).prediction == p.prediction
+    peak_hw = _without_calibration(cal_hw)
+    again = [repredict(p, peak_hw) for p in progs]
+    # Without the measured tile throughput compute is predicted from the 466 GFLOP/s peak: faster.
+    assert all(a.prediction.time_s < p.prediction.time_s for a, p in zip(again, progs))
+    assert [a.line() for a in again] == [p.line() for p in progs]
+
+
+def test_fidelity_repredict_needs_no_device(tmp_path):
+    """bench/fidelity.py --repredict re-ranks stored measurements: the stored model order comes back unchanged
+    when nothing changed, and the figures follow from the stored times."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    op = {"name": "mm", "op": "matmul", "M": 40, "N": 24, "K": 16, "dtype": "float32"}
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"ops": [op]}))
+    progs = construct(load_op(op), hw.load("pocl-cpu"), top_k=4)
+    times = [3.0, 1.0, 2.0, 4.0][:len(progs)]   # made-up measurements: the model's #2 is the fastest
+    rows = [{"rank": i, "program": p.line(), "predicted_ms": p.prediction.time_ms,
+             "bottleneck": p.prediction.bottleneck, "measured_ms": t, "rprogram": p.to_json()}
+            for i, (p, t) in enumerate(zip(progs, times), 1)]
+    stored = tmp_path / "stored.json"
+    stored.write_text(json.dumps({"records": [{"op": "mm", "candidates": rows}]}))
+    out = tmp_path / "out.json"
+    subprocess.run([sys.executable, str(root / "bench/fidelity.py"), "--suite", str(suite), "--repredict",
+                    str(stored), "--json", str(out)], check=True, capture_output=True, text=True)
+    rec = json.loads(out.read_text())["records"][0]
+    assert [c["program"] for c in rec["candidates"]] == [p.line() for p in progs]
+    assert rec["rank_of_best"] == 2 and rec["top1_over_best"] == pytest.approx(3.0)
+    assert len(progs) == 4 and rec["spearman"] == pytest.approx(0.4)

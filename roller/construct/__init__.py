@@ -4,6 +4,7 @@ Reads only the IR and the hardware description; imports no backend.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Union
 
 from roller.construct.align import EPSILONS
@@ -20,7 +21,7 @@ from roller.ir.tensor_expr import TensorExpr
 from roller.model.micro import predict, resources
 from roller.model.traffic import TileGeometry
 
-__all__ = ["Prediction", "RProgram", "RTile", "construct", "levels"]
+__all__ = ["Prediction", "RProgram", "RTile", "construct", "levels", "repredict"]
 
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
 # order follows reuse, the model's order follows predicted time.
@@ -102,13 +103,33 @@ def _program(expr: TensorExpr, geo: TileGeometry, hw: HardwareDesc, c: Candidate
     tiles = tuple(RTile(s, tuple(sorted(c.padding.items())) if i == block_level else ())
                   for i, s in enumerate(shapes))
     grid, block = launch_counts(expr, tiles[block_level], tiles[thread_level])
-    res = resources(geo, hw, tuple(shapes), block_level, thread_level, block, c.padding)
-    if res.blocks_per_unit < 1:
+    pred = _predict(geo, hw, tuple(shapes), block_level, thread_level, grid, block, c.padding)
+    if pred is None:
         return None
-    pred = predict(geo, hw, tuple(shapes), block_level, thread_level, grid, block, res,
-                   dtype=expr.output.dtype)
     return RProgram(expr=expr, hw_name=hw.name, hw_hash=hw.content_hash()[:16],
                     layers=tuple(m.name for m in hw.memory), scopes=tuple(m.scope for m in hw.memory),
                     tiles=tiles, grid=grid, block=block, block_level=block_level, thread_level=thread_level,
                     epsilon=c.epsilon, padding_waste=geo.padding_waste(c.block), prediction=pred)
 
+
+def _predict(geo: TileGeometry, hw: HardwareDesc, shapes: tuple[tuple[int, ...], ...], block_level: int,
+             thread_level: int, grid: int, block: int, padding: dict[str, int]) -> Prediction | None:
+    res = resources(geo, hw, shapes, block_level, thread_level, block, padding)
+    if res.blocks_per_unit < 1:
+        return None
+    return predict(geo, hw, shapes, block_level, thread_level, grid, block, res, dtype=geo.expr.output.dtype)
+
+
+def repredict(prog: RProgram, hw: HardwareDesc) -> RProgram:
+    """``prog`` with the current model's prediction for ``hw``: what a change of the model or of the description
+    does to programs already measured (bench/fidelity.py --repredict). Matrix programs are not supported: their
+    resources come from the instruction search in construct/matrix.py."""
+    if prog.use_matrix:
+        raise ValueError("re-predicting matrix-instruction programs is not supported")
+    shapes = tuple(t.shape for t in prog.tiles)
+    padding = dict(prog.tiles[prog.block_level].storage_padding)
+    pred = _predict(TileGeometry(prog.expr), hw, shapes, prog.block_level, prog.thread_level, prog.grid,
+                    prog.block, padding)
+    if pred is None:
+        raise ValueError(f"{prog.line()} does not fit {hw.name}")
+    return dataclasses.replace(prog, prediction=pred)

@@ -2,8 +2,11 @@
 
 Micro-benchmarks measure what OpenCL does not report (global-memory bandwidth with a copy kernel, local-memory
 bandwidth with a kernel that reads and writes ``__local`` arrays, FP32 throughput with independent FMA chains on
-vector types); everything else comes from device queries. Each measurement is the median of several timed runs
-(``effective``) and the best run (``peak``), so ``effective <= peak`` always holds. The result is a YAML
+vector types), then the description's ``calibration``: the launch and per-work-group time of an empty kernel,
+and the throughput of the kernels' register-tile loop by tile shape, with plain and with gathered (im2col)
+reads; everything else comes from device queries. Bandwidths and the FMA throughput are the median of several
+timed runs (``effective``) and the best run (``peak``), so ``effective <= peak`` always holds; calibration
+values take the fastest run, the one least disturbed by other processes. The result is a YAML
 description that ``roller.hw.load`` accepts.
 """
 from __future__ import annotations
@@ -82,8 +85,18 @@ __kernel void empty(__global float *out) {
 
 # The C-family kernels' inner loop (roller/backends/c_family/templates/kernel.j2, unstaged path): each work-item
 # keeps an R x C tile of accumulators and, per reduction step, loads R elements of A and C of B (C contiguous)
-# and does R*C multiply-adds. What this reaches, by tile shape, is what the model uses for compute.
+# and does R*C multiply-adds. What this reaches, by tile shape, is what the model uses for compute. With -DGATHER
+# A is read through the im2col view of a 3x3 SAME convolution over 31x31 images (an implicit GEMM's gathered
+# read): each element's index is decoded with divisions and guarded against the padding.
 _TILE_SRC = r"""
+#ifdef GATHER
+#define Y(v, k) (((v) / 31) % 31 + ((k) / 3) % 3 - 1)
+#define X(v, k) ((v) % 31 + (k) % 3 - 1)
+#define A_AT(v, k) (((unsigned)Y(v, k) < 31u && (unsigned)X(v, k) < 31u) \
+                    ? A[((k) / 9) * 961 + Y(v, k) * 31 + X(v, k)] : 0.0f)
+#else
+#define A_AT(v, k) A[(k) * (64 * R) + (v)]
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void tile(__global const float *restrict A, __global const float *restrict B, __global float *restrict C) {
     const int g = get_global_id(0);
@@ -94,31 +107,7 @@ void tile(__global const float *restrict A, __global const float *restrict B, __
     for (int k = 0; k < K; ++k) {
         #pragma unroll
         for (int j = 0; j < R * CC; ++j)
-            acc[j] += A[k * (64 * R) + (g % 64) * R + j / CC] * B[k * CC + j % CC];
-    }
-    #pragma unroll
-    for (int j = 0; j < R * CC; ++j) C[g * R * CC + j] = acc[j];
-}
-"""
-# The same loop with A read through the im2col view of a 3x3 SAME convolution over 31x31 images (the implicit
-# GEMM's gathered read): each element's index is decoded with divisions and guarded against the padding.
-_GATHER_SRC = r"""
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void tile(__global const float *restrict A, __global const float *restrict B, __global float *restrict C) {
-    const int g = get_global_id(0);
-    float acc[R * CC];
-    #pragma unroll
-    for (int j = 0; j < R * CC; ++j) acc[j] = 0.0f;
-    #pragma unroll 8
-    for (int k = 0; k < K; ++k) {
-        #pragma unroll
-        for (int j = 0; j < R * CC; ++j) {
-            const int v = (g % 64) * R + j / CC;
-            const int y = ((v / 31) % 31) + ((k / 3) % 3) - 1;
-            const int x = (v % 31) + (k % 3) - 1;
-            const float a = ((unsigned)y < 31u && (unsigned)x < 31u) ? A[(k / 9) * 961 + y * 31 + x] : 0.0f;
-            acc[j] += a * B[k * CC + j % CC];
-        }
+            acc[j] += A_AT((g % 64) * R + j / CC, k) * B[k * CC + j % CC];
     }
     #pragma unroll
     for (int j = 0; j < R * CC; ++j) C[g * R * CC + j] = acc[j];
@@ -346,8 +335,8 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
     """FP32 throughput of the kernels' register-tile loop for a range of tile shapes, with plain and with
     gathered reads (best of the runs: the table ranks shapes, and the best run is the least disturbed by other
     processes)."""
-    tables = ((_TILE_SRC, TILE_SHAPES_QUICK if quick else TILE_SHAPES, "plain"),
-              (_GATHER_SRC, GATHER_SHAPES_QUICK if quick else GATHER_SHAPES, "gathered"))
+    tables = (([], TILE_SHAPES_QUICK if quick else TILE_SHAPES, "plain"),
+              (["-DGATHER"], GATHER_SHAPES_QUICK if quick else GATHER_SHAPES, "gathered"))
     wg = 16 if res.device_type == "cpu" else 64
     # 32 groups per unit: kernels of 0.1-30 ms; with 8 the 30 us ones varied 2x between probe runs.
     groups = res.compute_units * (2 if quick else 32)
@@ -360,13 +349,13 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
     cl.enqueue_fill_buffer(queue, a, b"\x00\x00\x80\x3f", 0, a.size).wait()
     cl.enqueue_fill_buffer(queue, b, b"\x00\x00\x80\x3f", 0, b.size).wait()
     c = cl.Buffer(ctx, mf.WRITE_ONLY, 4 * groups * wg * max(r * c for r, c in shapes))
-    for step, (src, table, what) in enumerate(tables, 6):
+    for step, (extra, table, what) in enumerate(tables, 6):
         log(f"[{step}/7] register tiles, {what} reads: {len(table)} shapes, {groups} work-groups of {wg}, "
             f"{steps} steps")
         got = []
         for rows, cols in table:
-            opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"]
-            kern = cl.Kernel(cl.Program(ctx, src).build(options=opts), "tile")
+            opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"] + extra
+            kern = cl.Kernel(cl.Program(ctx, _TILE_SRC).build(options=opts), "tile")
             kern.set_args(a, b, c)
             t = min(_time(queue, lambda k=kern: cl.enqueue_nd_range_kernel(queue, k, (groups * wg,), (wg,)),
                           runs, cl))

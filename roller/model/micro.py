@@ -92,7 +92,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     cal = hw.calibration
     if cal is not None and not use_matrix:
         # What the generated inner loop reaches with this register tile, measured by the probe, replaces the
-        # peak: on PoCL it is 6-109 GFLOP/s by tile shape against a 466 GFLOP/s FMA-chain peak.
+        # peak: on PoCL it is 6-102 GFLOP/s by tile shape against a 466 GFLOP/s FMA-chain peak.
         rows, cols = _register_tile(geo, tiles[thread_level])
         peak = cal.tile_flops(rows, cols, _guarded_reads(geo)) or peak
     compute_block = geo.tile_flops(tiles[block_level]) / (peak / units)
@@ -127,7 +127,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
 def _guarded_reads(geo: TileGeometry) -> bool:
     """Whether the kernels read an input with a per-element guard: through an im2col view (index decoded with
     divisions, then bounds-checked) or along a window or stride (h + r - 1, 2h: checked against the padding).
-    Guarded loads stay scalar on a CPU: 1-8 GFLOP/s on PoCL whatever the tile, against 6-109 with plain loads;
+    Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against 6-102 with plain loads;
     with the gathered table for these the geomean model error on the scaled suite fell from x2.2 to x1.7."""
     expr = geo.expr
     if any(t.view is not None and not t.view.is_reshape() for t in expr.inputs):
