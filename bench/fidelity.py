@@ -28,8 +28,8 @@ from pathlib import Path
 import roller.hw as H
 from roller.backends import get
 from roller.construct import construct
-from roller.ir import load_ops
 from roller.evaluate import spearman as rank_correlation
+from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def summarize(records: list[dict]) -> dict:
     for r in records:
         by_kind[r["kind"]].append(r["model_error"])
         by_bottleneck[r["bottleneck"]].append(r["model_error"])
-    gm = lambda xs: math.exp(statistics.mean(math.log(x) for x in xs))  # noqa: E731
+    gm = lambda xs: math.exp(statistics.mean(math.log(x) for x in xs))
     return {
         "ops": len(records),
         "top1_within_10pct_share": sum(within) / len(records),

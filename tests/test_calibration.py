@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+from test_hw_errors import BASE
 
 from roller import hw
 from roller.cli.main import main
@@ -13,8 +14,6 @@ from roller.construct import construct, repredict
 from roller.ir import load_op
 from roller.model.micro import _guarded_reads, _register_tile
 from roller.model.traffic import TileGeometry
-
-from test_hw_errors import BASE
 
 MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
 CAL = """\
@@ -56,7 +55,8 @@ def test_loads_from_yaml(tmp_path):
     path.write_text(BASE + CAL)
     cal = hw.load(str(path)).calibration
     assert cal.launch_us == 2.5 and cal.per_block_us == 0.5
-    assert [(t.rows, t.cols, t.gflops) for t in cal.register_tiles] == [(1, 1, 4.0), (4, 16, 100.0), (16, 4, 50.0)]
+    assert [(t.rows, t.cols, t.gflops) for t in cal.register_tiles] == [
+        (1, 1, 4.0), (4, 16, 100.0), (16, 4, 50.0)]
     assert [(t.rows, t.cols, t.gflops) for t in cal.gathered_tiles] == [(1, 1, 1.0), (4, 16, 3.0)]
 
 
@@ -77,23 +77,23 @@ def test_nearest_tile_by_shape():
 
 CASES = [
     ("unknown-key", CAL.replace("launch_us", "launch_ms"),
-     "{p}:%d calibration.launch_ms: unknown key; did you mean 'launch_us'?" % FIRST),
+     f"{{p}}:{FIRST} calibration.launch_ms: unknown key; did you mean 'launch_us'?"),
     ("launch-negative", CAL.replace("launch_us: 2.5", "launch_us: -1"),
-     "{p}:%d calibration.launch_us: expected a positive number, got -1" % FIRST),
+     f"{{p}}:{FIRST} calibration.launch_us: expected a positive number, got -1"),
     ("gflops-zero", CAL.replace("gflops: 100", "gflops: 0"),
-     "{p}:%d calibration.register_tile_gflops[1].gflops: expected a positive number, got 0" % (FIRST + 4)),
+     f"{{p}}:{FIRST + 4} calibration.register_tile_gflops[1].gflops: expected a positive number, got 0"),
     ("rows-float", CAL.replace("rows: 16", "rows: 1.5"),
-     "{p}:%d calibration.register_tile_gflops[2].rows: expected a positive integer, got 1.5" % (FIRST + 5)),
+     f"{{p}}:{FIRST + 5} calibration.register_tile_gflops[2].rows: expected a positive integer, got 1.5"),
     ("cols-missing", CAL.replace("cols: 4, ", ""),
-     "{p}:%d calibration.register_tile_gflops[2]: missing key 'cols'" % (FIRST + 5)),
+     f"{{p}}:{FIRST + 5} calibration.register_tile_gflops[2]: missing key 'cols'"),
     ("shape-twice", CAL.replace("rows: 16, cols: 4", "rows: 4, cols: 16"),
-     "{p}:%d calibration.register_tile_gflops[2]: expected each rows x cols once, got 4x16 again "
-     "(also register_tile_gflops[1])" % (FIRST + 5)),
+     (f"{{p}}:{FIRST + 5} calibration.register_tile_gflops[2]: expected each rows x cols once, "
+      "got 4x16 again (also register_tile_gflops[1])")),
     ("gathered-twice", CAL.replace("rows: 4, cols: 16, gflops: 3", "rows: 1, cols: 1, gflops: 3"),
-     "{p}:%d calibration.gathered_tile_gflops[1]: expected each rows x cols once, got 1x1 again "
-     "(also gathered_tile_gflops[0])" % (FIRST + 8)),
+     (f"{{p}}:{FIRST + 8} calibration.gathered_tile_gflops[1]: expected each rows x cols once, "
+      "got 1x1 again (also gathered_tile_gflops[0])")),
     ("tiles-not-list", CAL[:CAL.index("  register_tile_gflops")] + "  register_tile_gflops: 12\n",
-     "{p}:%d calibration.register_tile_gflops: expected a list, got 12" % (FIRST + 2)),
+     f"{{p}}:{FIRST + 2} calibration.register_tile_gflops: expected a list, got 12"),
 ]
 
 
@@ -108,7 +108,8 @@ def test_malformed_calibration(tmp_path, capsys, text, expected):
 
 @pytest.mark.parametrize("op,guarded", [
     (MATMUL, False),
-    ({"name": "c", "op": "conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "F": 8, "KH": 3, "KW": 3, "padding": "SAME"}, True),
+    ({"name": "c", "op": "conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "F": 8, "KH": 3, "KW": 3,
+      "padding": "SAME"}, True),
     ({"name": "d", "op": "depthwise_conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "KH": 3, "KW": 3}, True),
     ({"name": "p", "op": "maxpool2d", "N": 1, "C": 4, "H": 8, "W": 8, "K": 2}, True),
     ({"name": "r", "op": "elementwise", "fn": "relu", "shapes": {"X": [4, 9]}}, False),
@@ -148,7 +149,8 @@ def test_model_uses_calibration_and_works_without():
         assert a.prediction.time_s == pytest.approx(slowest + fixed)
         # The fraction of peak stays relative to the device's peak, not the tile's.
         useful = math.prod(geo.extents) * geo.flops_per_point
-        assert a.prediction.fraction_of_peak == pytest.approx(useful / a.prediction.time_s / cal_hw.peak_flops())
+        expected = useful / a.prediction.time_s / cal_hw.peak_flops()
+        assert a.prediction.fraction_of_peak == pytest.approx(expected)
 
 
 def test_repredict_reproduces_and_follows_the_description():

@@ -9,8 +9,8 @@ from typing import Union
 
 from roller.construct.align import EPSILONS
 from roller.construct.enlarge import Candidate, Search, thread_start_sizes
-from roller.construct.matrix import matrix_programs
 from roller.construct.exchange import exchange_fed
+from roller.construct.matrix import matrix_programs
 from roller.construct.rtile import Prediction, RProgram, RTile, launch_counts
 from roller.construct.scaleout import shrink_for_parallelism
 from roller.errors import InputError

@@ -84,8 +84,8 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     latency_eff = min(1.0, warps / needed) * lane_eff
     if par.warp_size == 1 and par.hardware_threads_per_unit is None:
         # A CPU core (PoCL) runs one work-item at a time to completion, out of order: there are no other warps
-        # to switch to, and none are needed. Fidelity on PoCL: median Spearman 0.13 -> 0.24 with the warp rule
-        # dropped here (docs/model.md).
+        # to switch to, and none are needed. On PoCL's measured candidates the median Spearman went from 0.05 to
+        # 0.16 with the warp rule dropped here (docs/model.md).
         latency_eff = 1.0
 
     device_peak = peak = _peak(hw, dtype, use_matrix)
@@ -127,12 +127,13 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
 def _guarded_reads(geo: TileGeometry) -> bool:
     """Whether the kernels read an input with a per-element guard: through an im2col view (index decoded with
     divisions, then bounds-checked) or along a window or stride (h + r - 1, 2h: checked against the padding).
-    Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against 6-102 with plain loads;
-    with the gathered table for these the geomean model error on the scaled suite fell from x2.2 to x1.7."""
+    Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against 6-102 with plain
+    loads; with the gathered table for these the geomean model error on the scaled suite fell from x5.7 to x2.1."""
     expr = geo.expr
     if any(t.view is not None and not t.view.is_reshape() for t in expr.inputs):
         return True
-    return any(i.terms and i.plain_axis() is None for t in expr.inputs for acc in expr.accesses(t.name) for i in acc)
+    return any(i.terms and i.plain_axis() is None
+               for t in expr.inputs for acc in expr.accesses(t.name) for i in acc)
 
 
 def _register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:
