@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import roller.hw as H
 from roller.backends import get
 from roller.construct import construct
+from roller.errors import InputError, RollerError
 from roller.evaluate import spearman as rank_correlation
 from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
@@ -157,7 +159,10 @@ def main() -> None:
     be = get(args.backend) if args.backend else for_hw(hw)
     stored = {}
     if args.repredict:
-        stored = {r["op"]: r for r in json.loads(Path(args.repredict).read_text())["records"]}
+        try:
+            stored = {r["op"]: r for r in json.loads(Path(args.repredict).read_text())["records"]}
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise InputError(f"{args.repredict}: not a bench/fidelity.py --json output ({err})") from None
     records = []
     t0 = time.perf_counter()
     for op in load_ops(args.suite):
@@ -182,4 +187,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RollerError as err:  # bad input, no device for the backend, a compiler failure: one line, its code
+        print(f"fidelity.py: error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
