@@ -118,7 +118,10 @@ def repredicted(op, hw, rec: dict) -> list[dict]:  # type: ignore[no-untyped-def
     expr = prepare(op)
     rows = []
     for c in rec["candidates"]:
-        p = repredict(program_from_json(c["rprogram"], expr, hw), hw)
+        try:
+            p = repredict(program_from_json(c["rprogram"], expr, hw), hw)
+        except (ValueError, KeyError) as err:   # measured for another op, suite or description
+            raise InputError(f"--repredict: candidate {c.get('program')!r} of {op.name}: {err}") from None
         rows.append({**c, "predicted_ms": p.prediction.time_ms, "bottleneck": p.prediction.bottleneck,
                      "rprogram": p.to_json()})
     rows.sort(key=lambda r: r["predicted_ms"])

@@ -320,12 +320,13 @@ def _probe_overheads(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: boo
     kern = cl.Kernel(cl.Program(ctx, _EMPTY_SRC).build(), "empty")
     out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 4)
     kern.set_args(out)
-    res.launch_us = min(_time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (1,), (1,)), runs, cl)) * 1e6
+    launch = min(_time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (1,), (1,)), runs, cl))
     times = [min(_time(queue, lambda g=n * units: cl.enqueue_nd_range_kernel(queue, kern, (g,), (1,)), runs, cl))
              for n in per_unit]
     mx, my = statistics.mean(per_unit), statistics.mean(times)
     slope = sum((x - mx) * (y - my) for x, y in zip(per_unit, times)) / sum((x - mx) ** 2 for x in per_unit)
-    res.launch_us = max(res.launch_us, 1e-3)
+    # The description holds positive numbers; a slope lost in noise is recorded as (almost) nothing.
+    res.launch_us = max(launch * 1e6, 1e-3)
     res.per_block_us = max(slope * 1e6, 1e-6)
     log(f"      launch {res.launch_us:.3g} us, {res.per_block_us * 1e3:.3g} ns per work-group and unit")
 
@@ -348,7 +349,7 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
     b = cl.Buffer(ctx, mf.READ_ONLY, 4 * steps * max(c for _, c in shapes))
     cl.enqueue_fill_buffer(queue, a, b"\x00\x00\x80\x3f", 0, a.size).wait()
     cl.enqueue_fill_buffer(queue, b, b"\x00\x00\x80\x3f", 0, b.size).wait()
-    c = cl.Buffer(ctx, mf.WRITE_ONLY, 4 * groups * wg * max(r * c for r, c in shapes))
+    out = cl.Buffer(ctx, mf.WRITE_ONLY, 4 * groups * wg * max(rows * cols for rows, cols in shapes))
     for step, (extra, table, what) in enumerate(tables, 6):
         log(f"[{step}/7] register tiles, {what} reads: {len(table)} shapes, {groups} work-groups of {wg}, "
             f"{steps} steps")
@@ -356,7 +357,7 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
         for rows, cols in table:
             opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"] + extra
             kern = cl.Kernel(cl.Program(ctx, _TILE_SRC).build(options=opts), "tile")
-            kern.set_args(a, b, c)
+            kern.set_args(a, b, out)
             t = min(_time(queue, lambda k=kern: cl.enqueue_nd_range_kernel(queue, k, (groups * wg,), (wg,)),
                           runs, cl))
             got.append((rows, cols, 2 * groups * wg * steps * rows * cols / t / 1e9))
