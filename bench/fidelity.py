@@ -148,6 +148,7 @@ def main() -> None:
     ap.add_argument("--hw", default="pocl-cpu", help="description name or YAML (e.g. one from roller hw probe)")
     ap.add_argument("--backend", default=None)
     ap.add_argument("--suite", default=str(ROOT / "bench/suites/scaled.json"))
+    ap.add_argument("--op", action="append", metavar="NAME", help="only this op of the suite (repeatable)")
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--repredict", metavar="JSON",
@@ -168,7 +169,13 @@ def main() -> None:
             raise InputError(f"{args.repredict}: not a bench/fidelity.py --json output ({err})") from None
     records = []
     t0 = time.perf_counter()
-    for op in load_ops(args.suite):
+    ops = load_ops(args.suite)
+    unknown = set(args.op or ()) - {op.name for op in ops}
+    if unknown:
+        raise InputError(f"{args.suite}: no op named {', '.join(sorted(unknown))}")
+    for op in ops:
+        if args.op and op.name not in args.op:
+            continue
         if args.repredict:
             if op.name not in stored:
                 continue
