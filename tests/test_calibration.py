@@ -12,7 +12,7 @@ from roller import hw
 from roller.cli.main import main
 from roller.construct import construct, repredict
 from roller.ir import load_op
-from roller.model.micro import _guarded_reads, _register_tile
+from roller.model.micro import _register_tile
 from roller.model.traffic import TileGeometry
 
 MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
@@ -116,7 +116,7 @@ def test_malformed_calibration(tmp_path, capsys, text, expected):
     ({"name": "t", "op": "transpose", "shape": [4, 9], "perm": [1, 0]}, False),
 ])
 def test_guarded_reads(op, guarded):
-    assert _guarded_reads(TileGeometry(load_op(op))) is guarded
+    assert TileGeometry(load_op(op)).guarded_reads is guarded
 
 
 def test_register_tile_is_rows_by_output_run():

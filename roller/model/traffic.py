@@ -52,6 +52,14 @@ class TileGeometry:
         self.inputs = tuple(t for t in self.tensors if not t.is_output)
         self.output = next(t for t in self.tensors if t.is_output)
         self.flops_per_point = expr.flops_per_point
+        # Whether the kernels read an input with a per-element guard: through an im2col view (index decoded
+        # with divisions, then bounds-checked) or along a window or stride (h + r - 1, 2h: checked against the
+        # padding). Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against
+        # 6-102 with plain loads (the model's calibrated compute, docs/model.md).
+        gathered = any(t.view is not None and not t.view.is_reshape() for t in expr.inputs)
+        windowed = any(i.terms and i.plain_axis() is None
+                       for t in expr.inputs for acc in expr.accesses(t.name) for i in acc)
+        self.guarded_reads = gathered or windowed
 
     def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
         out = []
