@@ -35,8 +35,8 @@ from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
-ROUNDS = 3
-ROUND_S = 0.004
+ROUNDS = 7
+ROUND_S = 0.01
 MAX_REPEAT = 200
 
 

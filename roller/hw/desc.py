@@ -119,7 +119,7 @@ class Calibration:
     launch_us: float | None = None       # an empty kernel, launch to completion (event-timed)
     per_block_us: float | None = None    # added per work-group a unit runs (slope over many empty groups)
     register_tiles: tuple[TileThroughput, ...] = ()
-    gathered_tiles: tuple[TileThroughput, ...] = ()   # the same loop reading one input through an im2col decode
+    gathered_tiles: tuple[TileThroughput, ...] = ()   # the same loop with gathered reads (probe.py, GATHER)
 
     def tile_flops(self, rows: int, cols: int, gathered: bool = False) -> float | None:
         """FLOP/s of the measured register tile nearest to ``rows`` x ``cols`` (distance in log2 of both

@@ -83,23 +83,29 @@ __kernel void empty(__global float *out) {
 }
 """
 
-# The C-family kernels' inner loop (roller/backends/c_family/templates/kernel.j2, unstaged path): each work-item
-# keeps an R x C tile of accumulators and, per reduction step, loads R elements of A and C of B (C contiguous)
-# and does R*C multiply-adds. What this reaches, by tile shape, is what the model uses for compute. With -DGATHER
-# A is read through the im2col view of a 3x3 SAME convolution over 31x31 images (an implicit GEMM's gathered
-# read): each element's index is decoded with divisions and guarded against the padding.
-_TILE_SRC = r"""
+# The C-family kernels' inner loop on a CPU (roller/backends/c_family/templates/kernel.j2, vector path): each
+# work-item keeps an R x C tile of accumulators as R x C/W vectors of W floats, and per reduction step loads R
+# elements of A (each broadcast over a vector) and C of B (vector loads), and does R*C multiply-adds. A tile
+# whose C no vector width divides is the scalar loop. What this reaches, by tile shape, is what the model uses
+# for compute. The gathered variant has the reads of a convolution as an implicit GEMM: A through the im2col
+# view of a 3x3 SAME convolution over 31x31 images (each element's index decoded with divisions and guarded
+# against the padding), and B strided along the lanes, so gathered element by element.
+_TILE_HEAD = r"""
 #ifdef GATHER
 #define Y(v, k) (((v) / 31) % 31 + ((k) / 3) % 3 - 1)
 #define X(v, k) ((v) % 31 + (k) % 3 - 1)
 #define A_AT(v, k) (((unsigned)Y(v, k) < 31u && (unsigned)X(v, k) < 31u) \
                     ? A[((k) / 9) * 961 + Y(v, k) * 31 + X(v, k)] : 0.0f)
+#define B_AT(c, k) B[(c) * K + (k)]
 #else
 #define A_AT(v, k) A[(k) * (64 * R) + (v)]
+#define B_AT(c, k) B[(k) * CC + (c)]
 #endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void tile(__global const float *restrict A, __global const float *restrict B, __global float *restrict C) {
     const int g = get_global_id(0);
+"""
+_TILE_SCALAR = r"""
     float acc[R * CC];
     #pragma unroll
     for (int j = 0; j < R * CC; ++j) acc[j] = 0.0f;
@@ -107,16 +113,48 @@ void tile(__global const float *restrict A, __global const float *restrict B, __
     for (int k = 0; k < K; ++k) {
         #pragma unroll
         for (int j = 0; j < R * CC; ++j)
-            acc[j] += A_AT((g % 64) * R + j / CC, k) * B[k * CC + j % CC];
+            acc[j] += A_AT((g % 64) * R + j / CC, k) * B_AT(j % CC, k);
     }
     #pragma unroll
     for (int j = 0; j < R * CC; ++j) C[g * R * CC + j] = acc[j];
 }
 """
-TILE_SHAPES = ((1, 1), (1, 4), (4, 1), (2, 2), (1, 16), (16, 1), (4, 4), (2, 16), (8, 8), (4, 16), (16, 4),
-               (8, 32), (16, 16))
+_TILE_VECTOR = r"""
+    VT acc[R * CC / VW];
+    #pragma unroll
+    for (int i = 0; i < R * CC / VW; ++i) acc[i] = (VT)(0.0f);
+    #pragma unroll 8
+    for (int k = 0; k < K; ++k) {
+        #pragma unroll
+        for (int i = 0; i < R * CC / VW; ++i) {
+            const int c = (i % (CC / VW)) * VW;
+            acc[i] += (VT)(A_AT((g % 64) * R + i / (CC / VW), k)) * B_VEC(c, k);
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < R * CC / VW; ++i) VSTORE(acc[i], 0, C + g * R * CC + i * VW);
+}
+"""
+
+
+def _tile_source(cols: int) -> tuple[str, list[str]]:
+    """The probe kernel for tiles ``cols`` wide, and its build options: vectors of the width the C-family
+    lowering picks (roller/backends/c_family/plan.py, VECTOR_WIDTHS), or the scalar loop."""
+    width = next((w for w in (16, 8, 4, 2) if cols % w == 0), 1)
+    if width == 1:
+        return _TILE_HEAD + _TILE_SCALAR, []
+    lanes = ", ".join(f"B_AT((c) + {i}, k)" for i in range(width))
+    opts = [f"-DVW={width}", f"-DVT=float{width}", f"-DVSTORE=vstore{width}"]
+    head = f"#ifdef GATHER\n#define B_VEC(c, k) ((VT)({lanes}))\n#else\n" \
+           f"#define B_VEC(c, k) vload{width}(0, B + (k) * CC + (c))\n#endif\n"
+    return head + _TILE_HEAD + _TILE_VECTOR, opts
+
+
+TILE_SHAPES = ((1, 1), (4, 1), (16, 1), (1, 4), (2, 2), (4, 4), (8, 8), (16, 4), (1, 16), (2, 16), (4, 16),
+               (8, 16), (16, 16), (4, 32), (8, 32), (2, 64))
 TILE_SHAPES_QUICK = ((1, 1), (4, 4), (4, 16))
-GATHER_SHAPES = ((1, 1), (1, 4), (4, 1), (4, 4), (1, 16), (16, 1), (8, 8), (4, 16), (16, 4), (8, 16), (16, 16))
+GATHER_SHAPES = ((1, 1), (4, 1), (16, 1), (1, 4), (4, 4), (8, 8), (16, 4), (1, 16), (4, 16), (8, 16), (16, 16),
+                 (4, 32))
 GATHER_SHAPES_QUICK = ((1, 1), (4, 4))
 
 
@@ -159,6 +197,9 @@ def _progress(msg: str, stream: Any = None) -> None:
 
 
 def _import_cl() -> Any:
+    from roller.hw.opencl_env import apply_pocl_defaults
+
+    apply_pocl_defaults()   # what the generated kernels run under, so the calibration measures that
     try:
         import pyopencl as cl
     except ImportError as err:
@@ -342,7 +383,7 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
     # 32 groups per unit: kernels of 0.1-30 ms; with 8 the 30 us ones varied 2x between probe runs.
     groups = res.compute_units * (2 if quick else 32)
     steps = 63 if quick else 144   # a multiple of 9: the gathered read walks whole 3x3 windows
-    runs = 3 if quick else 5
+    runs = 3 if quick else 15   # best of 15: with 5, two probes an hour apart differed up to 2x on a shared VM
     mf = cl.mem_flags
     shapes = tables[0][1] + tables[1][1]
     a = cl.Buffer(ctx, mf.READ_ONLY, 4 * max(steps * 64 * max(r for r, _ in shapes), 961 * (steps // 9 + 1)))
@@ -355,8 +396,9 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
             f"{steps} steps")
         got = []
         for rows, cols in table:
-            opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"] + extra
-            kern = cl.Kernel(cl.Program(ctx, _TILE_SRC).build(options=opts), "tile")
+            src, vec = _tile_source(cols)
+            opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"] + extra + vec
+            kern = cl.Kernel(cl.Program(ctx, src).build(options=opts), "tile")
             kern.set_args(a, b, out)
             t = min(_time(queue, lambda k=kern: cl.enqueue_nd_range_kernel(queue, k, (groups * wg,), (wg,)),
                           runs, cl))
@@ -536,8 +578,8 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
     w("  register_tile_gflops:                            # measured: the kernels' register-tile loop, best run")
     for rows, cols, g in r.tile_gflops:
         w(f"    - {{rows: {rows}, cols: {cols}, gflops: {_g(g)}}}")
-    w("  gathered_tile_gflops:                            # measured: the same loop reading A through an im2col "
-      "decode")
+    w("  gathered_tile_gflops:                            # measured: the same loop, A through an im2col "
+      "decode, B gathered lane by lane")
     for rows, cols, g in r.gather_gflops:
         w(f"    - {{rows: {rows}, cols: {cols}, gflops: {_g(g)}}}")
     return "\n".join(lines) + "\n"

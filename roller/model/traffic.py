@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from roller.ir.tensor_expr import TensorExpr
+from roller.ir.expr import Affine
+from roller.ir.tensor_expr import TensorDecl, TensorExpr
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ class TileGeometry:
         windowed = any(i.terms and i.plain_axis() is None
                        for t in expr.inputs for acc in expr.accesses(t.name) for i in acc)
         self.guarded_reads = gathered or windowed
+        # Whether a read is gathered lane by lane where CPU kernels vectorise (along the last spatial axis, the
+        # fastest-varying one of a thread's register tile): through a view that moves with the axis, or with a
+        # stride other than 1 (B[n,k] of a matmul with B transposed, a stride-2 window). Broadcast reads (the
+        # axis does not index them) and unit-stride runs, windowed or not, are one load per vector.
+        axis = expr.spatial_axes[-1].name if expr.spatial_axes else None
+        self.lane_gathers = axis is not None and any(
+            _lane_gathered(t, idx, axis) for t in expr.inputs for idx in expr.accesses(t.name))
 
     def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
         out = []
@@ -139,3 +147,15 @@ def _rounded_bytes(region: tuple[int, ...], itemsize: int, transaction: int) -> 
     if transaction > 1:
         row = -(-row // transaction) * transaction
     return math.prod(region[:-1]) * row
+
+
+def _lane_gathered(t: TensorDecl, idx: tuple[Affine, ...], axis: str) -> bool:
+    if not any(i.coefs.get(axis, 0) for i in idx):
+        return False
+    if t.view is not None and not t.view.is_reshape():
+        return True
+    stride, step = 1, 0
+    for i, size in zip(reversed(idx), reversed(t.shape)):
+        step += i.coefs.get(axis, 0) * stride
+        stride *= size
+    return step != 1

@@ -31,6 +31,7 @@ class Dialect:
     infinity: str = "INFINITY"
     to_acc: str = "(float)({x})"  # converting a loaded element to the accumulator type
     from_acc: str = "({ctype})({x})"
+    vector_loads: bool = False  # OpenCL C's floatN, vloadN/vstoreN: CPU kernels vectorise inside a work-item
 
 
 @dataclass
@@ -81,6 +82,34 @@ class AxisPlan:
 
 
 @dataclass
+class VecFlavor:
+    """One version of the vector path: ``cond`` picks it (the last one has none), ``body`` is the vector C
+    expression of ``width`` points starting at rl_g_<axis>; the result is stored with one vector store at
+    ``store_offset`` when that is set, else lane by lane; ``guard`` is the store's bounds test."""
+
+    cond: str
+    body: str
+    store_offset: str
+    guard: str
+
+
+@dataclass
+class VecPlan:
+    """A work-item's register tile as ``width``-wide vectors along the last spatial axis (CPU kernels only).
+
+    PoCL otherwise vectorises the loop over a work-group's items, or the unrolled loop inside one, as its
+    cost model decides, and identical per-thread code then runs 2-6x apart from one work-group shape to the
+    next (docs/model.md). Explicit vectors make the SIMD use a property of the thread tile, which the model
+    and the probe see. Tiles inside the axis load contiguous runs with one vector load; a tile that crosses
+    the axis's end gathers its lanes with clamped indices and stores them one by one."""
+
+    width: int
+    axis: str  # the last spatial axis: its register points are adjacent in rl_j
+    vtype: str  # e.g. float16
+    flavors: list[VecFlavor]
+
+
+@dataclass
 class KernelPlan:
     name: str
     grid: int
@@ -107,6 +136,7 @@ class KernelPlan:
     blocked: bool = False  # threads own contiguous runs (CPU SIMD within a thread) instead of strided ones
     reduce_points: int = 1  # unstaged reductions: every point of the reduction, walked by each thread
     reduce_decode: list[tuple[str, int, int]] = field(default_factory=list)  # (axis, divisor, extent)
+    vec: VecPlan | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -266,6 +296,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     for ax in reversed(reduce):
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
+    vec = _vec_plan(expr, spatial, d) if blocked and not staged and d.vector_loads else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode,
@@ -275,7 +306,86 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
         reduce_op=expr.reduce_op, acc_init=init, combine=combine, body=body, out_index=out_index,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
-        blocked=blocked)
+        blocked=blocked, vec=vec)
+
+
+VECTOR_WIDTHS = (16, 8, 4, 2)  # OpenCL C vector sizes (3 is padded to 4 in memory: not useful here)
+
+
+def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], d: Dialect) -> VecPlan | None:
+    """The vector form of a CPU kernel's register tile, or None where it does not apply: no spatial axis, a
+    last-axis thread run that no vector width divides, or a tensor that is not the accumulator's type (the
+    vector path would need conversions)."""
+    if not spatial:
+        return None
+    ax = spatial[-1]
+    width = next((w for w in VECTOR_WIDTHS if ax.thread % w == 0), 0)
+    acc = d.ctype[expr.acc_dtype]
+    if not width or any(d.ctype[t.dtype] != acc for t in (*expr.inputs, expr.output)):
+        return None
+    vtype = f"{acc}{width}"
+    partial = {a.name: a.extent for a in spatial if a.extent % a.block}
+    out = _tensor_plan(expr.output, d)
+    contiguous = out.view is None and _flat_coef(expr.out_index, out.strides, ax.name) == 1
+
+    def body(clamp: dict[str, int], gather: bool) -> str:
+        reads = {}
+        for t in expr.inputs:
+            tp = _tensor_plan(t, d)
+            for idx in expr.accesses(t.name):
+                reads[(t.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp,
+                                                    gather)
+        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)])
+
+    def guard(axes: dict[str, int]) -> str:
+        return " && ".join(f"rl_g_{a} < {n}" for a, n in axes.items())
+
+    rows = {a: n for a, n in partial.items() if a != ax.name}
+    offset = ""
+    if contiguous:
+        offset = " + ".join(f"({_affine_c(i, var_global)}) * {s}" if s != 1 else f"({_affine_c(i, var_global)})"
+                            for i, s in zip(expr.out_index, out.strides))
+    inside = VecFlavor("", body(rows, False), offset, guard(rows))
+    flavors = [inside]
+    if ax.name in partial:
+        inside.cond = f"rl_s_{ax.name} + rl_t_{ax.name} * {ax.thread} + {ax.thread} <= {ax.extent}"
+        flavors.append(VecFlavor("", body(partial, True), "", guard(partial)))
+    return VecPlan(width, ax.name, vtype, flavors)
+
+
+def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis: str) -> int:
+    """How far one step along ``axis`` moves the flat (row-major) offset of a plain tensor index."""
+    return sum(i.coefs.get(axis, 0) * s for i, s in zip(idx, strides))
+
+
+def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int, vtype: str, pad: float,
+                 d: Dialect, clamp: dict[str, int], gather: bool) -> str:
+    """``width`` adjacent points of one read along ``axis``: one broadcast element, one vector load, or (a
+    view, a stride, a guard that differs from lane to lane, or ``gather``) the lanes' scalar reads gathered
+    into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the scalar path."""
+    def lane(k: int) -> Callable[[str], str]:
+        return lambda a: f"({var_global(a)} + {k})" if a == axis and k else var_global(a)
+
+    if not any(i.coefs.get(axis, 0) for i in idx):
+        step: int | None = 0  # the same element for every lane, through a view or not
+    else:
+        step = _flat_coef(idx, tp.strides, axis) if tp.view is None else None
+    if step == 0:
+        return f"(({vtype})({_global_read(tp, idx, var_global, pad, d, clamp)}))"
+    gathered = f"({vtype})({', '.join(_global_read(tp, idx, lane(k), pad, d, clamp) for k in range(width))})"
+    if gather or step != 1:
+        return gathered
+    conds, offs = _global_address(tp, idx, var_global, clamp)
+    load = f"vload{width}(0, {tp.name} + {offs})"
+    if not conds:
+        return load
+    # A window that moves with the lanes (a convolution's w + s - 1): the lanes' indices are affine, so the
+    # first and last lane inside the tensor means all are, and the run is one load; at a border, gather.
+    last, _ = _global_address(tp, idx, lane(width - 1), clamp)
+    moving = any(_guarded(tp, dim, i) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
+    if moving:
+        return f"({' && '.join(dict.fromkeys(conds + last))} ? {load} : {gathered})"
+    return f"({' && '.join(conds)} ? {load} : ({vtype})({_c_float(pad, d)}))"
 
 
 def var_global(ax: str) -> str:
@@ -293,12 +403,15 @@ def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
     return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape))
 
 
-def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float,
-                 d: Dialect, clamp: dict[str, int] | None = None) -> str:
-    """A read straight from global memory: plain indices of clamped axes are clamped into range, other
-    indices that can leave the tensor are guarded and read as the pad value."""
-    if tp.view is not None:
-        return _view_read(tp, idx, var, pad, d, clamp)
+def _guarded(tp: TensorPlan, dim: int, i: Affine) -> bool:
+    """Whether an index can leave the tensor (a window, a stride, an offset): it is tested, and outside
+    reads give the pad value."""
+    return i.plain_axis() is None and bool(i.terms or not 0 <= i.const < tp.sizes[dim])
+
+
+def _global_address(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str],
+                    clamp: dict[str, int] | None) -> tuple[list[str], str]:
+    """(bounds tests, flat offset) of a plain tensor's read."""
     conds = []
     offs = []
     for dim, i in enumerate(idx):
@@ -306,10 +419,20 @@ def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], s
         plain = i.plain_axis()
         if plain is not None and clamp and plain in clamp:
             c = f"min({var(plain)}, {clamp[plain] - 1})"
-        elif plain is None and (i.terms or not 0 <= i.const < tp.sizes[dim]):
+        elif _guarded(tp, dim, i):
             conds.append(f"(unsigned)({c}) < {tp.sizes[dim]}u")
         offs.append(f"({c}) * {tp.strides[dim]}" if tp.strides[dim] != 1 else f"({c})")
-    load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs) or '0'}]")
+    return conds, " + ".join(offs) or "0"
+
+
+def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float,
+                 d: Dialect, clamp: dict[str, int] | None = None) -> str:
+    """A read straight from global memory: plain indices of clamped axes are clamped into range, other
+    indices that can leave the tensor are guarded and read as the pad value."""
+    if tp.view is not None:
+        return _view_read(tp, idx, var, pad, d, clamp)
+    conds, off = _global_address(tp, idx, var, clamp)
+    load = d.to_acc.format(x=f"{tp.name}[{off}]")
     if not conds:
         return load
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"

@@ -16,11 +16,13 @@ import numpy as np
 
 from roller.backends import Artifact, Runner
 from roller.errors import CompileError, InputError, ToolchainError
+from roller.hw.opencl_env import apply_pocl_defaults
 
 _CTX: dict[str, Any] = {}
 
 
 def _cl():  # type: ignore[no-untyped-def]
+    apply_pocl_defaults()
     try:
         import pyopencl as cl
     except ImportError:

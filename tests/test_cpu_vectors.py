@@ -1,0 +1,114 @@
+"""The CPU kernels' vector path (c_family plan.VecPlan, docs/opencl.md): which reads become broadcasts, vector
+loads or gathered lanes, the edge version for tiles that cross the vector axis's end, the model's matching
+test for lane-gathered reads, and roller's PoCL work-group default. Running the kernels is in
+test_opencl_suite.py (every candidate of a sample of the suite, and hypothesis-drawn irregular shapes)."""
+from __future__ import annotations
+
+import pytest
+
+import roller.hw as H
+from roller.backends import get
+from roller.backends.c_family.plan import lower
+from roller.backends.opencl import DIALECT
+from roller.construct import construct
+from roller.hw.opencl_env import apply_pocl_defaults
+from roller.ir import load_op, load_ops
+from roller.ir.fuse import prepare
+from roller.model.traffic import TileGeometry
+
+CPU = H.load("pocl-cpu")
+OPENCL = get("opencl")
+
+
+def _programs(spec: dict, k: int = 10):  # type: ignore[no-untyped-def]
+    return construct(load_ops(spec)[0], CPU, top_k=k)
+
+
+def _with_run(spec: dict, run: int):  # type: ignore[no-untyped-def]
+    """A candidate whose thread tile has ``run`` points along the last spatial axis."""
+    for p in _programs(spec, 30):
+        last = [i for i, a in enumerate(p.expr.axes) if not a.reduce][-1]
+        if p.thread_tile.shape[last] == run:
+            return p
+    raise AssertionError(f"no candidate with a run of {run}")
+
+
+def test_matmul_inside_and_edge_versions() -> None:
+    # N = 29: a 16-point run at n = 16 crosses the end, so the kernel holds both versions.
+    p = _with_run({"op": "matmul", "M": 45, "N": 29, "K": 70}, 16)
+    plan = lower(p, DIALECT)
+    assert plan.vec is not None and plan.vec.width == 16 and plan.vec.axis == "n"
+    inside, edge = plan.vec.flavors
+    assert inside.cond == "rl_s_n + rl_t_n * 16 + 16 <= 29"
+    assert "vload16(0, B + (rl_g_k) * 29 + (rl_g_n))" in inside.body
+    assert inside.store_offset == "(rl_g_m) * 29 + (rl_g_n)"
+    assert "min((rl_g_n + 15), 28)" in edge.body and "vload" not in edge.body
+    assert edge.store_offset == "" and edge.guard == "rl_g_m < 45 && rl_g_n < 29"
+    src = OPENCL.render(p, CPU).files["kernel.cl"]
+    assert "float16 rl_vacc[" in src and "vstore16(rl_vr, 0, C +" in src
+
+
+def test_transposed_b_is_gathered_lane_by_lane() -> None:
+    p = _with_run({"op": "matmul", "M": 32, "N": 64, "K": 48, "transpose_b": True}, 16)
+    plan = lower(p, DIALECT)
+    assert plan.vec is not None and len(plan.vec.flavors) == 1   # 64 is a multiple of every block: no edge
+    body = plan.vec.flavors[0].body
+    assert "vload16(0, B" not in body and "B[((rl_g_n + 15)) * 48 + (rl_g_k)]" in body
+    assert "((float16)((float)(A[(rl_g_m) * 48 + (rl_g_k)])))" in body   # A does not move along n
+
+
+def test_convolution_view_read_is_broadcast() -> None:
+    p = _with_run({"op": "conv2d", "N": 1, "C": 8, "H": 14, "W": 14, "F": 32, "KH": 3, "KW": 3,
+                   "padding": "SAME"}, 16)
+    body = lower(p, DIALECT).vec.flavors[0].body   # type: ignore[union-attr]
+    x_read = body[:body.index(" * ")]
+    assert x_read.startswith("(((float16)(") and x_read.count("X[") == 1   # one im2col element per row
+
+
+def test_moving_window_loads_a_vector_inside_the_image() -> None:
+    p = _programs({"op": "depthwise_conv2d", "N": 1, "C": 4, "H": 40, "W": 40, "KH": 3, "KW": 3,
+                   "padding": "SAME"}, 1)[0]
+    vec = lower(p, DIALECT).vec
+    assert vec is not None and vec.axis == "w"
+    n = vec.width
+    # Both ends of the vector are tested, then one load; at a border the lanes one by one.
+    body = vec.flavors[0].body
+    assert f"(unsigned)(rl_g_w + rl_g_s - 1) < 40u && (unsigned)((rl_g_w + {n - 1}) + rl_g_s - 1) < 40u" in body
+    assert f"? vload{n}(0, X + " in body and f": (float{n})(" in body
+
+
+def test_runs_no_vector_width_divides_stay_scalar() -> None:
+    p = _with_run({"op": "reduce", "kind": "min", "shape": [7, 97, 3], "axes": [1]}, 3)
+    assert lower(p, DIALECT).vec is None
+    assert "vload" not in OPENCL.render(p, CPU).files["kernel.cl"]
+
+
+def test_gpu_shaped_kernels_have_no_vector_path() -> None:
+    p = construct(load_ops({"op": "matmul", "M": 64, "N": 64, "K": 64})[0], H.load("v100"), top_k=1)[0]
+    plan = lower(p, DIALECT)
+    assert plan.staged and plan.vec is None
+
+
+@pytest.mark.parametrize("op,gathers", [
+    ({"op": "matmul", "M": 8, "N": 8, "K": 8}, False),
+    ({"op": "matmul", "M": 8, "N": 8, "K": 8, "transpose_a": True}, False),
+    ({"op": "matmul", "M": 8, "N": 8, "K": 8, "transpose_b": True}, True),
+    ({"op": "conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "F": 8, "KH": 3, "KW": 3, "padding": "SAME"}, True),
+    ({"op": "conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "F": 8, "KH": 3, "KW": 3, "padding": "SAME",
+      "layout": "NHWC"}, False),
+    ({"op": "depthwise_conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "KH": 3, "KW": 3}, False),
+    ({"op": "maxpool2d", "N": 1, "C": 4, "H": 8, "W": 8, "K": 2}, True),
+    ({"op": "elementwise", "fn": "relu", "shapes": {"X": [4, 9]}}, False),
+])
+def test_lane_gathers(op: dict, gathers: bool) -> None:
+    assert TileGeometry(prepare(load_op(op))).lane_gathers is gathers   # prepare: what construction sees
+
+
+def test_pocl_default_keeps_a_users_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POCL_WORK_GROUP_METHOD", raising=False)
+    apply_pocl_defaults()
+    import os
+    assert os.environ["POCL_WORK_GROUP_METHOD"] == "loops"
+    monkeypatch.setenv("POCL_WORK_GROUP_METHOD", "cbs")
+    apply_pocl_defaults()
+    assert os.environ["POCL_WORK_GROUP_METHOD"] == "cbs"
