@@ -92,7 +92,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     cal = hw.calibration
     if cal is not None and not use_matrix:
         # What the generated inner loop reaches with this register tile, measured by the probe, replaces the
-        # peak: on PoCL it is 5-225 GFLOP/s by tile shape against a 235 GFLOP/s FMA-chain peak. Guarded reads
+        # peak: on PoCL it is 5-225 GFLOP/s by tile shape against a 466 GFLOP/s FMA-chain peak. Guarded reads
         # and reads gathered lane by lane take the gathered table (docs/model.md: on the measured candidates
         # of the vector kernels, either test alone scored 59% top-1 within 10%, both together 61%).
         rows, cols = _register_tile(geo, tiles[thread_level])
