@@ -383,7 +383,7 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
     # 32 groups per unit: kernels of 0.1-30 ms; with 8 the 30 us ones varied 2x between probe runs.
     groups = res.compute_units * (2 if quick else 32)
     steps = 63 if quick else 144   # a multiple of 9: the gathered read walks whole 3x3 windows
-    runs = 3 if quick else 15   # best of 15: with 5, two probes an hour apart differed up to 2x on a shared VM
+    runs = 3 if quick else 15   # best of 15: with 5, two probes minutes apart differed up to 2x on a shared VM
     mf = cl.mem_flags
     shapes = tables[0][1] + tables[1][1]
     a = cl.Buffer(ctx, mf.READ_ONLY, 4 * max(steps * 64 * max(r for r, _ in shapes), 961 * (steps // 9 + 1)))
