@@ -4,6 +4,8 @@ test for lane-gathered reads, and roller's PoCL work-group default. Running the 
 test_opencl_suite.py (every candidate of a sample of the suite, and hypothesis-drawn irregular shapes)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import roller.hw as H
@@ -107,7 +109,6 @@ def test_lane_gathers(op: dict, gathers: bool) -> None:
 def test_pocl_default_keeps_a_users_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POCL_WORK_GROUP_METHOD", raising=False)
     apply_pocl_defaults()
-    import os
     assert os.environ["POCL_WORK_GROUP_METHOD"] == "loops"
     monkeypatch.setenv("POCL_WORK_GROUP_METHOD", "cbs")
     apply_pocl_defaults()

@@ -105,7 +105,8 @@ class MatrixInstruction:
 @dataclass(frozen=True)
 class TileThroughput:
     """FP32 throughput one thread reaches with a ``rows`` x ``cols`` register tile of accumulators (``cols``
-    the contiguous run), measured on the whole device with the C-family kernels' inner loop."""
+    the run along the last spatial axis, which CPU kernels hold in vectors), measured on the whole device
+    with the C-family kernels' inner loop."""
 
     rows: int
     cols: int

@@ -92,7 +92,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     cal = hw.calibration
     if cal is not None and not use_matrix:
         # What the generated inner loop reaches with this register tile, measured by the probe, replaces the
-        # peak: on PoCL it is 5-225 GFLOP/s by tile shape against a 466 GFLOP/s FMA-chain peak. Guarded reads
+        # peak: on PoCL it is 5-225 GFLOP/s by tile shape against the description's 468 GFLOP/s peak. Guarded reads
         # and reads gathered lane by lane take the gathered table (docs/model.md: on the measured candidates
         # of the vector kernels, either test alone scored 59% top-1 within 10%, both together 61%).
         rows, cols = _register_tile(geo, tiles[thread_level])
@@ -129,8 +129,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
 def _register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:
     """(rows, cols) of a thread's accumulators: cols is the run along the last spatial axis (what the CPU
     kernels vectorise), rows the rest."""
-    spatial = [i for i, r in enumerate(geo.reduce_mask) if not r]
-    cols = thread_tile[spatial[-1]] if spatial else 1
+    cols = 1 if geo.vector_axis is None else thread_tile[geo.vector_axis]
     return max(1, geo.output_elems(thread_tile) // max(cols, 1)), max(cols, 1)
 
 

@@ -65,7 +65,9 @@ class TileGeometry:
         # fastest-varying one of a thread's register tile): through a view that moves with the axis, or with a
         # stride other than 1 (B[n,k] of a matmul with B transposed, a stride-2 window). Broadcast reads (the
         # axis does not index them) and unit-stride runs, windowed or not, are one load per vector.
-        axis = expr.spatial_axes[-1].name if expr.spatial_axes else None
+        spatial = [i for i, r in enumerate(self.reduce_mask) if not r]
+        self.vector_axis: int | None = spatial[-1] if spatial else None   # position in expr.axes
+        axis = None if self.vector_axis is None else self.axis_names[self.vector_axis]
         self.lane_gathers = axis is not None and any(
             _lane_gathered(t, idx, axis) for t in expr.inputs for idx in expr.accesses(t.name))
 

@@ -296,7 +296,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     for ax in reversed(reduce):
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
-    vec = _vec_plan(expr, spatial, d) if blocked and not staged and d.vector_loads else None
+    vec = _vec_plan(expr, spatial, inputs, out, d) if blocked and not staged and d.vector_loads else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode,
@@ -312,7 +312,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
 VECTOR_WIDTHS = (16, 8, 4, 2)  # OpenCL C vector sizes (3 is padded to 4 in memory: not useful here)
 
 
-def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], d: Dialect) -> VecPlan | None:
+def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan], out: TensorPlan,
+              d: Dialect) -> VecPlan | None:
     """The vector form of a CPU kernel's register tile, or None where it does not apply: no spatial axis, a
     last-axis thread run that no vector width divides, or a tensor that is not the accumulator's type (the
     vector path would need conversions)."""
@@ -325,15 +326,13 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], d: Dialect) -> VecPlan 
         return None
     vtype = f"{acc}{width}"
     partial = {a.name: a.extent for a in spatial if a.extent % a.block}
-    out = _tensor_plan(expr.output, d)
     contiguous = out.view is None and _flat_coef(expr.out_index, out.strides, ax.name) == 1
 
     def body(clamp: dict[str, int], gather: bool) -> str:
         reads = {}
-        for t in expr.inputs:
-            tp = _tensor_plan(t, d)
-            for idx in expr.accesses(t.name):
-                reads[(t.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp,
+        for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
+            for idx in expr.accesses(tp.name):
+                reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp,
                                                     gather)
         return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)])
 
@@ -372,9 +371,11 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
         step = _flat_coef(idx, tp.strides, axis) if tp.view is None else None
     if step == 0:
         return f"(({vtype})({_global_read(tp, idx, var_global, pad, d, clamp)}))"
-    gathered = f"({vtype})({', '.join(_global_read(tp, idx, lane(k), pad, d, clamp) for k in range(width))})"
+    def gathered() -> str:
+        return f"({vtype})({', '.join(_global_read(tp, idx, lane(k), pad, d, clamp) for k in range(width))})"
+
     if gather or step != 1:
-        return gathered
+        return gathered()
     conds, offs = _global_address(tp, idx, var_global, clamp)
     load = f"vload{width}(0, {tp.name} + {offs})"
     if not conds:
@@ -384,7 +385,7 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     last, _ = _global_address(tp, idx, lane(width - 1), clamp)
     moving = any(_guarded(tp, dim, i) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
     if moving:
-        return f"({' && '.join(dict.fromkeys(conds + last))} ? {load} : {gathered})"
+        return f"({' && '.join(dict.fromkeys(conds + last))} ? {load} : {gathered()})"
     return f"({' && '.join(conds)} ? {load} : ({vtype})({_c_float(pad, d)}))"
 
 
