@@ -44,8 +44,12 @@ def test_matmul_inside_and_edge_versions() -> None:
     assert inside.cond == "rl_s_n + rl_t_n * 16 + 16 <= 29"
     assert "vload16(0, B + (rl_g_k) * 29 + (rl_g_n))" in inside.body
     assert inside.store_offset == "(rl_g_m) * 29 + (rl_g_n)"
-    assert "min((rl_g_n + 15), 28)" in edge.body and "vload" not in edge.body
-    assert edge.store_offset == "" and edge.guard == "rl_g_m < 45 && rl_g_n < 29"
+    # Across the end: a vector wholly inside still loads and stores as one, the one across it gathers its
+    # lanes through clamped indices and stores them one by one.
+    assert "(rl_g_n + 15 < 29 ? vload16(0, B + (rl_g_k) * 29 + (rl_g_n)) : (float16)(" in edge.body
+    assert "min((rl_g_n + 15), 28)" in edge.body
+    assert edge.store_offset == inside.store_offset and edge.store_test == "rl_g_m < 45 && rl_g_n + 15 < 29"
+    assert edge.lane_guard == "rl_g_m < 45 && rl_g_n < 29"
     src = OPENCL.render(p, CPU).files["kernel.cl"]
     assert "float16 rl_vacc[" in src and "vstore16(rl_vr, 0, C +" in src
 

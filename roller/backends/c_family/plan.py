@@ -84,13 +84,15 @@ class AxisPlan:
 @dataclass
 class VecFlavor:
     """One version of the vector path: ``cond`` picks it (the last one has none), ``body`` is the vector C
-    expression of ``width`` points starting at rl_g_<axis>; the result is stored with one vector store at
-    ``store_offset`` when that is set, else lane by lane; ``guard`` is the store's bounds test."""
+    expression of ``width`` points starting at rl_g_<axis>. The result is stored with one vector store at
+    ``store_offset`` where that is set and ``store_test`` holds, else (``lane_guard`` set) lane by lane, each
+    lane stored where ``lane_guard`` holds."""
 
     cond: str
     body: str
     store_offset: str
-    guard: str
+    store_test: str
+    lane_guard: str = ""
 
 
 @dataclass
@@ -328,12 +330,11 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     partial = {a.name: a.extent for a in spatial if a.extent % a.block}
     contiguous = out.view is None and _flat_coef(expr.out_index, out.strides, ax.name) == 1
 
-    def body(clamp: dict[str, int], gather: bool) -> str:
+    def body(clamp: dict[str, int]) -> str:
         reads = {}
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
-                reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp,
-                                                    gather)
+                reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp)
         return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)])
 
     def guard(axes: dict[str, int]) -> str:
@@ -344,11 +345,13 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     if contiguous:
         offset = " + ".join(f"({_affine_c(i, var_global)}) * {s}" if s != 1 else f"({_affine_c(i, var_global)})"
                             for i, s in zip(expr.out_index, out.strides))
-    inside = VecFlavor("", body(rows, False), offset, guard(rows))
+    inside = VecFlavor("", body(rows), offset, guard(rows), "" if offset else guard(rows) or "1")
     flavors = [inside]
     if ax.name in partial:
         inside.cond = f"rl_s_{ax.name} + rl_t_{ax.name} * {ax.thread} + {ax.thread} <= {ax.extent}"
-        flavors.append(VecFlavor("", body(partial, True), "", guard(partial)))
+        # Across the axis's end, the vectors wholly inside are still stored as one.
+        whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
+        flavors.append(VecFlavor("", body(partial), offset, whole if offset else "0", guard(partial)))
     return VecPlan(width, ax.name, vtype, flavors)
 
 
@@ -358,10 +361,11 @@ def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis:
 
 
 def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int, vtype: str, pad: float,
-                 d: Dialect, clamp: dict[str, int], gather: bool) -> str:
+                 d: Dialect, clamp: dict[str, int]) -> str:
     """``width`` adjacent points of one read along ``axis``: one broadcast element, one vector load, or (a
-    view, a stride, a guard that differs from lane to lane, or ``gather``) the lanes' scalar reads gathered
-    into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the scalar path."""
+    view, a stride, a guard that differs from lane to lane, a run across the axis's end) the lanes' scalar
+    reads gathered into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the
+    scalar path."""
     def lane(k: int) -> Callable[[str], str]:
         return lambda a: f"({var_global(a)} + {k})" if a == axis and k else var_global(a)
 
@@ -374,19 +378,26 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     def gathered() -> str:
         return f"({vtype})({', '.join(_global_read(tp, idx, lane(k), pad, d, clamp) for k in range(width))})"
 
-    if gather or step != 1:
+    if step != 1:
         return gathered()
-    conds, offs = _global_address(tp, idx, var_global, clamp)
+    # In a run that crosses the axis's end (``axis`` in ``clamp``) the vectors wholly inside it still load
+    # as one: the address is not clamped along the axis, and a test that the last lane is inside picks the
+    # load; the vector across the end gathers its lanes clamped.
+    rows = {a: n for a, n in clamp.items() if a != axis}
+    conds, offs = _global_address(tp, idx, var_global, rows)
     load = f"vload{width}(0, {tp.name} + {offs})"
-    if not conds:
-        return load
+    ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp and any(
+        i.plain_axis() == axis for i in idx) else []
     # A window that moves with the lanes (a convolution's w + s - 1): the lanes' indices are affine, so the
     # first and last lane inside the tensor means all are, and the run is one load; at a border, gather.
-    last, _ = _global_address(tp, idx, lane(width - 1), clamp)
     moving = any(_guarded(tp, dim, i) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
     if moving:
-        return f"({' && '.join(dict.fromkeys(conds + last))} ? {load} : {gathered()})"
-    return f"({' && '.join(conds)} ? {load} : ({vtype})({_c_float(pad, d)}))"
+        ends += _global_address(tp, idx, lane(width - 1), rows)[0]
+    if ends:
+        return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {gathered()})"
+    if conds:
+        return f"({' && '.join(conds)} ? {load} : ({vtype})({_c_float(pad, d)}))"
+    return load
 
 
 def var_global(ax: str) -> str:
