@@ -12,7 +12,7 @@ from roller import hw
 from roller.cli.main import main
 from roller.construct import construct, repredict
 from roller.ir import load_op
-from roller.model.micro import _register_tile
+from roller.model.micro import _register_tile, makespan
 from roller.model.traffic import TileGeometry
 
 MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
@@ -27,6 +27,7 @@ calibration:
   gathered_tile_gflops:
     - {rows: 1, cols: 1, gflops: 1}
     - {rows: 4, cols: 16, gflops: 3}
+  join_us: 40
 """
 FIRST = BASE.count("\n") + 2   # line of the first key under "calibration:" once CAL is appended to BASE
 
@@ -54,7 +55,7 @@ def test_loads_from_yaml(tmp_path):
     path = tmp_path / "cal.yaml"
     path.write_text(BASE + CAL)
     cal = hw.load(str(path)).calibration
-    assert cal.launch_us == 2.5 and cal.per_block_us == 0.5
+    assert cal.launch_us == 2.5 and cal.per_block_us == 0.5 and cal.join_us == 40
     assert [(t.rows, t.cols, t.gflops) for t in cal.register_tiles] == [
         (1, 1, 4.0), (4, 16, 100.0), (16, 4, 50.0)]
     assert [(t.rows, t.cols, t.gflops) for t in cal.gathered_tiles] == [(1, 1, 1.0), (4, 16, 3.0)]
@@ -126,8 +127,12 @@ def test_register_tile_is_rows_by_output_run():
     assert _register_tile(geo, (1, 4, 1)) == (1, 4)
 
 
+def _without_join(d: hw.HardwareDesc) -> hw.HardwareDesc:
+    return dataclasses.replace(d, calibration=dataclasses.replace(d.calibration, join_us=None))
+
+
 def test_model_uses_calibration_and_works_without():
-    cal_hw = hw.load("pocl-cpu")
+    cal_hw = _without_join(hw.load("pocl-cpu"))   # the late-joining units: test_late_units_* below
     peak_hw = _without_calibration(cal_hw)
     op = load_op(MATMUL)
     with_cal = {p.line(): p for p in construct(op, cal_hw, top_k=50)}
@@ -190,4 +195,37 @@ def test_fidelity_repredict_needs_no_device(tmp_path):
     rec = json.loads(out.read_text())["records"][0]
     assert [c["program"] for c in rec["candidates"]] == [p.line() for p in progs]
     assert rec["rank_of_best"] == 2 and rec["top1_over_best"] == pytest.approx(3.0)
-    assert len(progs) == 4 and rec["spearman"] == pytest.approx(0.4)
+    from roller.evaluate import spearman
+    assert len(progs) == 4
+    assert rec["spearman"] == pytest.approx(spearman([p.prediction.time_ms for p in progs], times))
+
+
+@pytest.mark.parametrize("units", [1, 2, 3, 8])
+def test_makespan_without_a_join_is_the_rounds(units):
+    for grid in range(1, 700):
+        assert makespan(grid, 1.0, units, 0.0) == -(-grid // units)
+
+
+def test_makespan_with_late_units():
+    # Two groups of 1: the second unit takes the second group if it joins before the first unit is done.
+    assert makespan(2, 1.0, 2, 0.25) == 1.25
+    assert makespan(2, 1.0, 2, 5.0) == 2.0
+    # A join later than all the work: the first unit runs everything, taking half of what is left each time.
+    assert makespan(64, 1.0, 2, 100.0) == 64.0
+    # 64 groups, join after 8: the first unit takes 32 at once; the second 16 at 8 and 8 at 24; at 32 the first
+    # takes 4, the second 2, 1 and 1: ends at 36 (32 with both from the start).
+    assert makespan(64, 1.0, 2, 8.0) == 36.0
+
+
+def test_late_units_change_the_prediction_only_where_measured():
+    cal_hw = hw.load("pocl-cpu")
+    assert cal_hw.calibration.join_us
+    no_join = _without_join(cal_hw)
+    for p in construct(load_op(MATMUL), cal_hw, top_k=10):
+        late, prompt = p.prediction, repredict(p, no_join).prediction
+        block = prompt.time_s - (cal_hw.calibration.launch_us
+                                 + -(-p.grid // 2) * cal_hw.calibration.per_block_us) * 1e-6
+        # The same per-block time, handed out to a second unit that starts join_us late.
+        expected = makespan(p.grid, block / -(-p.grid // 2), 2, cal_hw.calibration.join_us * 1e-6)
+        assert late.time_s - prompt.time_s == pytest.approx(expected - block, rel=1e-6, abs=1e-12)
+        assert late.time_s >= prompt.time_s

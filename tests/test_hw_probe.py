@@ -82,6 +82,12 @@ def test_probe_api_quick():
     cal = d.calibration
     assert cal.launch_us == pytest.approx(res.launch_us, rel=1e-3)
     assert cal.per_block_us == pytest.approx(res.per_block_us, rel=1e-3)
+    # When the other units start: a delay, at most the 1 ms busy loop it is measured against.
+    if res.compute_units > 1:
+        assert res.join_us is not None and 0 < res.join_us <= 1.5 * probe.JOIN_TARGET_S * 1e6
+        assert cal.join_us == pytest.approx(res.join_us, rel=1e-3)
+    else:
+        assert res.join_us is None and cal.join_us is None
     assert [(t.rows, t.cols) for t in cal.register_tiles] == [(r, c) for r, c, _ in res.tile_gflops]
     assert len(cal.register_tiles) == len(probe.TILE_SHAPES_QUICK)
     for t, (_, _, g) in zip(cal.register_tiles, res.tile_gflops):

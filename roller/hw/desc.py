@@ -119,6 +119,7 @@ class Calibration:
 
     launch_us: float | None = None       # an empty kernel, launch to completion (event-timed)
     per_block_us: float | None = None    # added per work-group a unit runs (slope over many empty groups)
+    join_us: float | None = None         # how long after the first unit the others start taking work-groups
     register_tiles: tuple[TileThroughput, ...] = ()
     gathered_tiles: tuple[TileThroughput, ...] = ()   # the same loop with gathered reads (probe.py, GATHER)
 
@@ -140,6 +141,8 @@ class Calibration:
             out["launch_us"] = self.launch_us
         if self.per_block_us is not None:
             out["per_block_us"] = self.per_block_us
+        if self.join_us is not None:
+            out["join_us"] = self.join_us
         for key, tiles in (("register_tile_gflops", self.register_tiles),
                            ("gathered_tile_gflops", self.gathered_tiles)):
             if tiles:

@@ -83,6 +83,17 @@ __kernel void empty(__global float *out) {
 }
 """
 
+# One FMA chain per work-item: time that grows with ``iters`` and nothing else (no memory traffic).
+_BUSY_SRC = r"""
+__kernel void busy(__global float *out, int iters) {
+    float a = (float)get_global_id(0);
+    for (int i = 0; i < iters; ++i) a = fma(a, 0.999f, 1e-3f);
+    if (a == -1.0f) out[0] = a;
+}
+"""
+JOIN_TARGET_S = 1e-3   # one work-group's worth of the busy loop: long enough for the others to join
+JOIN_TRIALS = 5
+
 # The C-family kernels' inner loop on a CPU (roller/backends/c_family/templates/kernel.j2, vector path): each
 # work-item keeps an R x C tile of accumulators as R x C/W vectors of W floats, and per reduction step loads R
 # elements of A (each broadcast over a vector) and C of B (vector loads), and does R*C multiply-adds. A tile
@@ -184,6 +195,7 @@ class ProbeResult:
     fp32_tflops: list[float] = field(default_factory=list)
     launch_us: float = 0.0
     per_block_us: float = 0.0
+    join_us: float | None = None   # None with one unit: nothing joins
     tile_gflops: list[tuple[int, int, float]] = field(default_factory=list)   # (rows, cols, GFLOP/s)
     gather_gflops: list[tuple[int, int, float]] = field(default_factory=list)
     seconds: float = 0.0
@@ -370,6 +382,32 @@ def _probe_overheads(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: boo
     res.launch_us = max(launch * 1e6, 1e-3)
     res.per_block_us = max(slope * 1e6, 1e-6)
     log(f"      launch {res.launch_us:.3g} us, {res.per_block_us * 1e3:.3g} ns per work-group and unit")
+    if units > 1:
+        res.join_us = _probe_join(cl, ctx, queue, units, 5 if quick else 31)
+        log(f"      the other units start taking work-groups {res.join_us:.3g} us after the first")
+
+
+def _probe_join(cl: Any, ctx: Any, queue: Any, units: int, runs: int) -> float:
+    """Microseconds after the first unit that the others start taking work-groups. W: a busy loop of about
+    JOIN_TARGET_S in one work-group; T: the same loop split over 8 x ``units`` work-groups. If the others
+    start ``join`` after the first, units x T = W + (units - 1) x join. Medians of runs (what a typical run
+    sees; the spread is wide, docs/model.md), the median of JOIN_TRIALS such estimates, at most W."""
+    kern = cl.Kernel(cl.Program(ctx, _BUSY_SRC).build(), "busy")
+    out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 4)
+    groups = 8 * units
+
+    def median_s(grid: int, iters: int, n: int) -> float:
+        kern.set_args(out, _np_int(iters))
+        return statistics.median(_time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (grid,), (1,)), n, cl))
+
+    probe_iters = 1 << 16
+    iters = max(groups, int(probe_iters * JOIN_TARGET_S / median_s(1, probe_iters, 5)) // groups * groups)
+    joins = []
+    for _ in range(JOIN_TRIALS):
+        whole = median_s(1, iters, runs)
+        split = median_s(groups, iters // groups, runs)
+        joins.append(min(whole, max(0.0, (units * split - whole) / (units - 1))))
+    return max(statistics.median(joins) * 1e6, 1e-3)
 
 
 def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
@@ -575,6 +613,9 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
     w("calibration:                                       # measured; the model uses these when present")
     w(f"  launch_us: {_g(r.launch_us)}                                   # measured: empty kernel, fastest run")
     w(f"  per_block_us: {_g(r.per_block_us)}                            # measured: slope per work-group and unit")
+    if r.join_us is not None:
+        w(f"  join_us: {_g(r.join_us)}                                 # measured: the other units start this "
+          "much after the first")
     w("  register_tile_gflops:                            # measured: the kernels' register-tile loop, best run")
     for rows, cols, g in r.tile_gflops:
         w(f"    - {{rows: {rows}, cols: {cols}, gflops: {_g(g)}}}")

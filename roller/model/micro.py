@@ -6,6 +6,7 @@ is used; the model is pure and needs no device.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -116,6 +117,13 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     for name, t in layer_times:
         if t >= time and t > compute_time:
             bottleneck = name
+    if cal is not None and cal.join_us and units > 1 and time > 0:
+        # The units do not all start at launch: on PoCL the other cores take work-groups join_us after the
+        # first (docs/model.md, "Units that join late"). Replay the hand-out with the time of one block.
+        scale = makespan(grid, time / rounds, units, cal.join_us * 1e-6) / time
+        compute_time *= scale
+        layer_times = [(name, t * scale) for name, t in layer_times]
+        time *= scale
     if cal is not None:
         # Fixed costs the probe measured: the launch, and per work-group setup on the busiest unit.
         time += (cal.launch_us or 0.0) * 1e-6 + rounds * (cal.per_block_us or 0.0) * 1e-6
@@ -124,6 +132,37 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     return Prediction(time_s=time, bottleneck=bottleneck, fraction_of_peak=fraction,
                       layer_times_s=tuple(layer_times), compute_time_s=compute_time, waves=waves,
                       blocks_per_unit=res.blocks_per_unit, registers_per_thread=res.registers_per_thread)
+
+
+def makespan(grid: int, block_s: float, units: int, join_s: float) -> float:
+    """When the last of ``grid`` work-groups of ``block_s`` each ends, on ``units`` units of which the first
+    starts at 0 and the others at ``join_s``, each idle unit taking ceil(remaining / units) groups at a time,
+    at most 32 x units (PoCL's pthread scheduler hands out work-groups this way). With ``join_s`` 0 it is
+    ceil(grid / units) x ``block_s``, the rounds the model counts everywhere else."""
+    cap = 32 * units
+    chunk = cap * block_s
+    free = [(0.0, 0)] + [(join_s, u) for u in range(1, units)]
+    heapq.heapify(free)
+    remaining, end = grid, 0.0
+    while remaining > 0:
+        if remaining > (cap - 1) * units and max(free)[0] - min(free)[0] < chunk:
+            # Every hand-out is a whole chunk until (cap - 1) x units remain, and with all units free within
+            # one chunk of each other they take them in turn: hand those rounds out at once (a large grid
+            # would otherwise cost a step per chunk, in every prediction).
+            k = -(-(remaining - (cap - 1) * units) // cap)
+            full, extra = divmod(k, units)
+            took = [(t + (full + (i < extra)) * chunk, u, full + (i < extra)) for i, (t, u) in enumerate(sorted(free))]
+            end = max([end] + [t for t, _, n in took if n])
+            free = [(t, u) for t, u, _ in took]
+            heapq.heapify(free)
+            remaining -= k * cap
+            continue
+        start, unit = heapq.heappop(free)
+        take = min(-(-remaining // units), cap, remaining)
+        remaining -= take
+        end = max(end, start + take * block_s)
+        heapq.heappush(free, (start + take * block_s, unit))
+    return end
 
 
 def _register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:
