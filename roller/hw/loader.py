@@ -394,7 +394,8 @@ class _Checker:
                                    "gathered_tile_gflops"), ())
         times = {key: None if value.get(key) is None else self.number(value[key], path + (key,))
                  for key in ("launch_us", "per_block_us", "join_us")}
-        return Calibration(launch_us=times["launch_us"], per_block_us=times["per_block_us"], join_us=times["join_us"],
+        return Calibration(launch_us=times["launch_us"], per_block_us=times["per_block_us"],
+                           join_us=times["join_us"],
                            register_tiles=self.tile_table(value, path, "register_tile_gflops"),
                            gathered_tiles=self.tile_table(value, path, "gathered_tile_gflops"))
 

@@ -85,14 +85,15 @@ class AxisPlan:
 class VecFlavor:
     """One version of the vector path: ``cond`` picks it (the last one has none), ``body`` is the vector C
     expression of ``width`` points starting at rl_g_<axis>. The result is stored with one vector store at
-    ``store_offset`` where that is set and ``store_test`` holds, else (``lane_guard`` set) lane by lane, each
-    lane stored where ``lane_guard`` holds."""
+    ``store_offset`` where that is set and ``store_test`` holds, else (with ``lanes``) lane by lane, each lane
+    where ``lane_guard`` holds."""
 
     cond: str
     body: str
     store_offset: str
     store_test: str
-    lane_guard: str = ""
+    lanes: bool
+    lane_guard: str
 
 
 @dataclass
@@ -345,13 +346,13 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     if contiguous:
         offset = " + ".join(f"({_affine_c(i, var_global)}) * {s}" if s != 1 else f"({_affine_c(i, var_global)})"
                             for i, s in zip(expr.out_index, out.strides))
-    inside = VecFlavor("", body(rows), offset, guard(rows), "" if offset else guard(rows) or "1")
+    inside = VecFlavor("", body(rows), offset, guard(rows), not offset, guard(rows))
     flavors = [inside]
     if ax.name in partial:
         inside.cond = f"rl_s_{ax.name} + rl_t_{ax.name} * {ax.thread} + {ax.thread} <= {ax.extent}"
         # Across the axis's end, the vectors wholly inside are still stored as one.
         whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
-        flavors.append(VecFlavor("", body(partial), offset, whole if offset else "0", guard(partial)))
+        flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial)))
     return VecPlan(width, ax.name, vtype, flavors)
 
 
