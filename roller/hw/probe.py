@@ -398,7 +398,8 @@ def _probe_join(cl: Any, ctx: Any, queue: Any, units: int, runs: int) -> float:
 
     def median_s(grid: int, iters: int, n: int) -> float:
         kern.set_args(out, _np_int(iters))
-        return statistics.median(_time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (grid,), (1,)), n, cl))
+        runs_s = _time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (grid,), (1,)), n, cl)
+        return statistics.median(runs_s)
 
     probe_iters = 1 << 16
     iters = max(groups, int(probe_iters * JOIN_TARGET_S / median_s(1, probe_iters, 5)) // groups * groups)

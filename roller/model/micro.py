@@ -151,9 +151,9 @@ def makespan(grid: int, block_s: float, units: int, join_s: float) -> float:
             # would otherwise cost a step per chunk, in every prediction).
             k = -(-(remaining - (cap - 1) * units) // cap)
             full, extra = divmod(k, units)
-            took = [(t + (full + (i < extra)) * chunk, u, full + (i < extra)) for i, (t, u) in enumerate(sorted(free))]
-            end = max([end] + [t for t, _, n in took if n])
-            free = [(t, u) for t, u, _ in took]
+            turns = [(t, u, full + (i < extra)) for i, (t, u) in enumerate(sorted(free))]
+            end = max([end] + [t + n * chunk for t, _, n in turns if n])
+            free = [(t + n * chunk, u) for t, u, n in turns]
             heapq.heapify(free)
             remaining -= k * cap
             continue
