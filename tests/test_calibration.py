@@ -12,7 +12,8 @@ from roller import hw
 from roller.cli.main import main
 from roller.construct import construct, repredict
 from roller.ir import load_op
-from roller.model.micro import _register_tile, makespan
+from roller.ir.vector import vector_width
+from roller.model.micro import _edge_share, _register_tile, makespan, predict, resources
 from roller.model.traffic import TileGeometry
 
 MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
@@ -144,8 +145,11 @@ def test_model_uses_calibration_and_works_without():
         a, b = with_cal[line], without[line]
         geo = TileGeometry(a.expr)
         rows, cols = _register_tile(geo, a.thread_tile.shape)
-        # Compute scales with the measured tile throughput instead of the FMA-chain peak...
-        ratio = cal_hw.peak_flops() / cal.tile_flops(rows, cols)
+        # Compute scales with the measured tile throughput instead of the FMA-chain peak (threads at a run-time
+        # edge of the vector axis at the gathered table's)...
+        edge = _edge_share(geo, a.tiles[0].shape, a.thread_tile.shape)
+        slowdown = 1 - edge + edge * cal.tile_flops(rows, cols) / cal.tile_flops(rows, cols, True)
+        ratio = cal_hw.peak_flops() / cal.tile_flops(rows, cols) * slowdown
         assert a.prediction.compute_time_s == pytest.approx(b.prediction.compute_time_s * ratio)
         # ...and the fixed costs are added on top of the bottleneck's time.
         rounds = -(-a.grid // cal_hw.parallelism.compute_units)
@@ -229,3 +233,59 @@ def test_late_units_change_the_prediction_only_where_measured():
         expected = makespan(p.grid, block / -(-p.grid // 2), 2, cal_hw.calibration.join_us * 1e-6)
         assert late.time_s - prompt.time_s == pytest.approx(expected - block, rel=1e-6, abs=1e-12)
         assert late.time_s >= prompt.time_s
+
+
+def test_vector_width_is_the_widest_that_divides():
+    assert [vector_width(n) for n in (64, 32, 24, 12, 6, 3, 1)] == [16, 16, 8, 4, 2, 0, 0]
+
+
+@pytest.mark.parametrize("n,block,thread,share", [
+    (31, 32, 16, 0.5),    # two runs of 16 over 31 columns: the second crosses the end
+    (31, 32, 32, 0.0),    # one run covers the axis: its end is a constant
+    (80, 16, 16, 0.0),    # the blocks divide the axis: no edge version
+    (72, 32, 16, 2 / 6),  # 3 blocks of 2 runs over 72: the fifth crosses, the sixth lies past the end
+    (31, 24, 3, 0.0),     # 3-wide runs are the scalar loop
+])
+def test_edge_share(n, block, thread, share):
+    geo = TileGeometry(load_op({"name": "e", "op": "matmul", "M": 8, "N": n, "K": 4}))
+    assert _edge_share(geo, (8, block, 4), (4, thread, 1)) == pytest.approx(share)
+
+
+def _predict(hw_desc: hw.HardwareDesc, op: dict, block_tile: tuple[int, ...], thread_tile: tuple[int, ...]):
+    geo = TileGeometry(load_op(op))
+    block = math.prod(b // t for b, t in zip(block_tile, thread_tile))
+    grid = geo.num_tiles(block_tile)
+    tiles = (block_tile, thread_tile)
+    res = resources(geo, hw_desc, tiles, 0, 1, block, {})
+    return predict(geo, hw_desc, tiles, 0, 1, grid, block, res)
+
+
+def test_threads_at_a_run_time_edge_are_predicted_slower():
+    """s_matmul_prime (97x31x13) on PoCL, blocks of 16x32: 4x32 thread tiles ran 2.0 us, 8x16 ones, whose
+    second thread of each row crosses column 31 at a position known only at run time, 3.6 us; the register-tile
+    table alone gives them 115 and 109 GFLOP/s."""
+    pocl = hw.load("pocl-cpu")
+    op = {"name": "p", "op": "matmul", "M": 97, "N": 31, "K": 13}
+    wide = _predict(pocl, op, (16, 32, 13), (4, 32, 1))
+    split = _predict(pocl, op, (16, 32, 13), (8, 16, 1))
+    assert split.time_s > 1.3 * wide.time_s
+    # Without the gathered table there is nothing to charge the edge with.
+    plain = dataclasses.replace(pocl, calibration=dataclasses.replace(pocl.calibration, gathered_tiles=()))
+    assert _predict(plain, op, (16, 32, 13), (8, 16, 1)).time_s < 1.1 * _predict(
+        plain, op, (16, 32, 13), (4, 32, 1)).time_s
+
+
+def test_an_operator_that_fits_in_the_cache_reads_at_its_bandwidth():
+    pocl = _without_join(hw.load("pocl-cpu"))
+    small = {"name": "s", "op": "elementwise", "fn": "relu", "shapes": {"X": [64, 256]}}       # 128 KiB
+    large = {"name": "l", "op": "elementwise", "fn": "relu", "shapes": {"X": [1024, 1024]}}    # 8 MiB
+    for op, layer in ((small, 1), (large, 0)):
+        geo = TileGeometry(load_op(op))
+        pred = _predict(pocl, op, (8, 256), (1, 256))
+        per_block = geo.tile_traffic((8, 256), pocl.memory[0].transaction_bytes)
+        rounds = -(-geo.num_tiles((8, 256)) // 2)
+        expected = rounds * per_block / (pocl.bandwidth(layer) / 2)
+        assert dict(pred.layer_times_s)["global"] == pytest.approx(expected)
+    # A description without a cache layer (every GPU one here) keeps its DRAM bandwidth.
+    a100 = hw.load("a100")
+    assert all(m.scope != "cache" for m in a100.memory)

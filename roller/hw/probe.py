@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roller.errors import ToolchainError
+from roller.ir.vector import vector_width
 
 POCL_PLATFORM = "Portable Computing Language"
 
@@ -150,9 +151,9 @@ _TILE_VECTOR = r"""
 
 def _tile_source(cols: int) -> tuple[str, list[str]]:
     """The probe kernel for tiles ``cols`` wide, and its build options: vectors of the width the C-family
-    lowering picks (roller/backends/c_family/plan.py, VECTOR_WIDTHS), or the scalar loop."""
-    width = next((w for w in (16, 8, 4, 2) if cols % w == 0), 1)
-    if width == 1:
+    lowering picks (roller/ir/vector.py), or the scalar loop."""
+    width = vector_width(cols)
+    if not width:
         return _TILE_HEAD + _TILE_SCALAR, []
     lanes = ", ".join(f"B_AT((c) + {i}, k)" for i in range(width))
     opts = [f"-DVW={width}", f"-DVT=float{width}", f"-DVSTORE=vstore{width}"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from roller.construct.rtile import Prediction
 from roller.hw import HardwareDesc
+from roller.ir.vector import vector_width
 from roller.model.traffic import TileGeometry
 
 # A scheduler (sub-partition) hides latency by switching between resident warps; with fewer than this many
@@ -90,6 +91,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
         latency_eff = 1.0
 
     device_peak = peak = _peak(hw, dtype, use_matrix)
+    edge_slowdown = 1.0
     cal = hw.calibration
     if cal is not None and not use_matrix:
         # What the generated inner loop reaches with this register tile, measured by the probe, replaces the
@@ -97,7 +99,16 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
         # and reads gathered lane by lane take the gathered table (docs/model.md: on the measured candidates
         # of the vector kernels, either test alone scored 59% top-1 within 10%, both together 61%).
         rows, cols = _register_tile(geo, tiles[thread_level])
-        peak = cal.tile_flops(rows, cols, geo.guarded_reads or geo.lane_gathers) or peak
+        gathered = geo.guarded_reads or geo.lane_gathers
+        peak = cal.tile_flops(rows, cols, gathered) or peak
+        edge = _edge_share(geo, tiles[block_level], tiles[thread_level])
+        slow = cal.tile_flops(rows, cols, True) if edge and not gathered else None
+        if slow:
+            # Threads whose run crosses the vector axis's end at a position known only at run time gather
+            # lane by lane, in their loads and stores alike: their share runs at the gathered table's speed
+            # (docs/model.md, "Threads at the vector axis's end").
+            edge_slowdown = (1.0 - edge) + edge * peak / slow
+            peak /= edge_slowdown
     compute_block = geo.tile_flops(tiles[block_level]) / (peak / units)
     layer_times: list[tuple[str, float]] = []
     for i, tile in enumerate(tiles):
@@ -109,7 +120,9 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
             per_block = geo.tile_traffic(tile, layer.transaction_bytes)
         else:
             per_block = geo.total_traffic(tile, layer.transaction_bytes) / grid
-        t = rounds * per_block / (hw.bandwidth(i) / units) / latency_eff
+        t = rounds * per_block / (_served_bandwidth(geo, hw, i) / units) / latency_eff
+        if i > block_level:
+            t *= edge_slowdown   # a thread's own loads and stores, lane by lane at the edge
         layer_times.append((layer.name, t))
     compute_time = rounds * compute_block / latency_eff
     time = max([compute_time] + [t for _, t in layer_times])
@@ -163,6 +176,33 @@ def makespan(grid: int, block_s: float, units: int, join_s: float) -> float:
         end = max(end, start + take * block_s)
         heapq.heappush(free, (start + take * block_s, unit))
     return end
+
+
+def _served_bandwidth(geo: TileGeometry, hw: HardwareDesc, i: int) -> float:
+    """Bandwidth of layer ``i``, or that of the cache layer below it when the whole operator fits in that
+    cache: its data is there from the launch before, as in repeated timing and in a graph whose ops pass each
+    other small tensors (on PoCL the scaled suite's elementwise ops ran 2-4x faster than DRAM bandwidth
+    allows; docs/model.md)."""
+    below = hw.memory[i + 1] if i + 1 < len(hw.memory) else None
+    if below is not None and below.scope == "cache" and below.capacity_bytes \
+            and geo.total_bytes <= below.capacity_bytes:
+        return hw.bandwidth(i + 1)
+    return hw.bandwidth(i)
+
+
+def _edge_share(geo: TileGeometry, block_tile: tuple[int, ...], thread_tile: tuple[int, ...]) -> float:
+    """Share of a program's thread runs along the vector axis that take the CPU kernels' edge version at a
+    position the compiler cannot see: runs that cross or lie past the axis's end, when more than one run
+    covers the axis (a single run's end is a constant, and its edge code folds away). Runs no vector width
+    divides are the scalar loop, which has no edge version."""
+    axis = geo.vector_axis
+    if axis is None:
+        return 0.0
+    extent, cols, block = geo.extents[axis], thread_tile[axis], block_tile[axis]
+    if cols >= extent or not vector_width(cols) or extent % block == 0:
+        return 0.0
+    runs = -(-extent // block) * (block // cols)
+    return (runs - extent // cols) / runs
 
 
 def _register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:

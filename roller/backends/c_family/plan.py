@@ -13,12 +13,13 @@ shared memory with bounds guards and the pad value, then each thread accumulates
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from roller.construct.rtile import RProgram
 from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
+from roller.ir.vector import vector_width
 
 
 @dataclass(frozen=True)
@@ -312,9 +313,6 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         blocked=blocked, vec=vec)
 
 
-VECTOR_WIDTHS = (16, 8, 4, 2)  # OpenCL C vector sizes (3 is padded to 4 in memory: not useful here)
-
-
 def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan], out: TensorPlan,
               d: Dialect) -> VecPlan | None:
     """The vector form of a CPU kernel's register tile, or None where it does not apply: no spatial axis, a
@@ -323,7 +321,7 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     if not spatial:
         return None
     ax = spatial[-1]
-    width = next((w for w in VECTOR_WIDTHS if ax.thread % w == 0), 0)
+    width = vector_width(ax.thread)
     acc = d.ctype[expr.acc_dtype]
     if not width or any(d.ctype[t.dtype] != acc for t in (*expr.inputs, expr.output)):
         return None
