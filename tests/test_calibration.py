@@ -145,8 +145,8 @@ def test_model_uses_calibration_and_works_without():
         a, b = with_cal[line], without[line]
         geo = TileGeometry(a.expr)
         rows, cols = _register_tile(geo, a.thread_tile.shape)
-        # Compute scales with the measured tile throughput instead of the FMA-chain peak (threads at a run-time
-        # edge of the vector axis at the gathered table's)...
+        # Compute scales with the measured tile throughput instead of the FMA-chain peak (threads at the end
+        # of the vector axis at the gathered table's)...
         edge = _edge_share(geo, a.tiles[0].shape, a.thread_tile.shape)
         slowdown = 1 - edge + edge * cal.tile_flops(rows, cols) / cal.tile_flops(rows, cols, True)
         ratio = cal_hw.peak_flops() / cal.tile_flops(rows, cols) * slowdown
@@ -241,7 +241,7 @@ def test_vector_width_is_the_widest_that_divides():
 
 @pytest.mark.parametrize("n,block,thread,share", [
     (31, 32, 16, 0.5),    # two runs of 16 over 31 columns: the second crosses the end
-    (31, 32, 32, 0.0),    # one run covers the axis: its end is a constant
+    (31, 32, 32, 0.0),    # one run covers the axis
     (80, 16, 16, 0.0),    # the blocks divide the axis: no edge version
     (72, 32, 16, 2 / 6),  # 3 blocks of 2 runs over 72: the fifth crosses, the sixth lies past the end
     (31, 24, 3, 0.0),     # 3-wide runs are the scalar loop
@@ -260,15 +260,15 @@ def _predict(hw_desc: hw.HardwareDesc, op: dict, block_tile: tuple[int, ...], th
     return predict(geo, hw_desc, tiles, 0, 1, grid, block, res)
 
 
-def test_threads_at_a_run_time_edge_are_predicted_slower():
+def test_threads_at_the_vector_axis_end_are_predicted_slower():
     """s_matmul_prime (97x31x13) on PoCL, blocks of 16x32: 4x32 thread tiles ran 2.0 us, 8x16 ones, whose
-    second thread of each row crosses column 31 at a position known only at run time, 3.6 us; the register-tile
-    table alone gives them 115 and 109 GFLOP/s."""
+    second thread of each row crosses column 31, 3.6 us (2.4 us once the crossing run's start became a
+    constant); the register-tile table alone gives them 115 and 109 GFLOP/s."""
     pocl = hw.load("pocl-cpu")
     op = {"name": "p", "op": "matmul", "M": 97, "N": 31, "K": 13}
     wide = _predict(pocl, op, (16, 32, 13), (4, 32, 1))
     split = _predict(pocl, op, (16, 32, 13), (8, 16, 1))
-    assert split.time_s > 1.3 * wide.time_s
+    assert split.time_s > 1.2 * wide.time_s
     # Without the gathered table there is nothing to charge the edge with.
     plain = dataclasses.replace(pocl, calibration=dataclasses.replace(pocl.calibration, gathered_tiles=()))
     assert _predict(plain, op, (16, 32, 13), (8, 16, 1)).time_s < 1.1 * _predict(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
+import roller
 import roller.hw as H
 from roller.backends import get
 from roller.backends.c_family.plan import lower
@@ -17,6 +19,7 @@ from roller.hw.opencl_env import apply_pocl_defaults
 from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare
 from roller.model.traffic import TileGeometry
+from roller.numpy_reference import random_inputs
 
 CPU = H.load("pocl-cpu")
 OPENCL = get("opencl")
@@ -50,8 +53,34 @@ def test_matmul_inside_and_edge_versions() -> None:
     assert "min((rl_g_n + 15), 28)" in edge.body
     assert edge.store_offset == inside.store_offset and edge.store_test == "rl_g_m < 45 && rl_g_n + 15 < 29"
     assert edge.lane_guard == "rl_g_m < 45 && rl_g_n < 29"
+    # The one run across the end starts at n = 16, given as a constant so that the compiler folds the tests.
+    assert edge.run_start == 16 and inside.run_start is None
     src = OPENCL.render(p, CPU).files["kernel.cl"]
     assert "float16 rl_vacc[" in src and "vstore16(rl_vr, 0, C +" in src
+    assert "const int rl_g_n = 16 + (rl_j / 1) % 16;" in src
+
+
+@pytest.mark.skipif(not OPENCL.can_run_here(), reason=OPENCL.why_not_here())
+def test_runs_past_the_end_skip_and_the_crossing_run_is_right() -> None:
+    """Candidates whose blocks leave whole runs past the vector axis's end (a skip version) and one run
+    across it (a constant start), run on PoCL against numpy, over several axis lengths."""
+    seen = 0
+    for n in (40, 72, 100):
+        op = load_op({"name": f"mm{n}", "op": "matmul", "M": 9, "N": n, "K": 5})
+        x = random_inputs(op, seed=3)
+        ref = roller.reference(op, x)
+        for p in construct(op, CPU, top_k=200):
+            plan = lower(p, DIALECT)
+            if plan.vec is None or not any(f.skip for f in plan.vec.flavors):
+                continue
+            skip = next(f for f in plan.vec.flavors if f.skip)
+            assert skip.cond.endswith(f">= {n}") and plan.vec.flavors[-1].run_start is not None
+            y = OPENCL.compile(OPENCL.render(p, CPU), CPU)([x[t.name] for t in op.inputs])
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=p.line())
+            seen += 1
+            if seen % 3 == 0:
+                break
+    assert seen >= 3
 
 
 def test_transposed_b_is_gathered_lane_by_lane() -> None:

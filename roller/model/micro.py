@@ -104,9 +104,9 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
         edge = _edge_share(geo, tiles[block_level], tiles[thread_level])
         slow = cal.tile_flops(rows, cols, True) if edge and not gathered else None
         if slow:
-            # Threads whose run crosses the vector axis's end at a position known only at run time gather
-            # lane by lane, in their loads and stores alike: their share runs at the gathered table's speed
-            # (docs/model.md, "Threads at the vector axis's end").
+            # Threads at the vector axis's end (one of several runs along it) take the kernels' edge version,
+            # which gathers and stores the vector across the end lane by lane: their share runs at the gathered
+            # table's speed, in loads and stores alike (docs/model.md, "Threads at the vector axis's end").
             edge_slowdown = (1.0 - edge) + edge * peak / slow
             peak /= edge_slowdown
     compute_block = geo.tile_flops(tiles[block_level]) / (peak / units)
@@ -191,10 +191,10 @@ def _served_bandwidth(geo: TileGeometry, hw: HardwareDesc, i: int) -> float:
 
 
 def _edge_share(geo: TileGeometry, block_tile: tuple[int, ...], thread_tile: tuple[int, ...]) -> float:
-    """Share of a program's thread runs along the vector axis that take the CPU kernels' edge version at a
-    position the compiler cannot see: runs that cross or lie past the axis's end, when more than one run
-    covers the axis (a single run's end is a constant, and its edge code folds away). Runs no vector width
-    divides are the scalar loop, which has no edge version."""
+    """Share of a program's thread runs along the vector axis that take the CPU kernels' edge version: those
+    that cross or lie past the axis's end, when more than one run covers the axis. A single run covering it
+    measured at full speed. The runs past the end now return at once, yet counting them ranked the kernels'
+    own top-10 better (docs/model.md). Runs no vector width divides are the scalar loop, with no edge version."""
     axis = geo.vector_axis
     if axis is None:
         return 0.0

@@ -87,7 +87,9 @@ class VecFlavor:
     """One version of the vector path: ``cond`` picks it (the last one has none), ``body`` is the vector C
     expression of ``width`` points starting at rl_g_<axis>. The result is stored with one vector store at
     ``store_offset`` where that is set and ``store_test`` holds, else (with ``lanes``) lane by lane, each lane
-    where ``lane_guard`` holds."""
+    where ``lane_guard`` holds. ``run_start``, when set, is the thread's run along the axis as a constant
+    (the one run across the axis's end), which lets the compiler fold the lane tests; ``skip`` is a version
+    that has nothing to compute (runs wholly past the end)."""
 
     cond: str
     body: str
@@ -95,6 +97,8 @@ class VecFlavor:
     store_test: str
     lanes: bool
     lane_guard: str
+    run_start: int | None = None
+    skip: bool = False
 
 
 @dataclass
@@ -347,10 +351,20 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     inside = VecFlavor("", body(rows), offset, guard(rows), not offset, guard(rows))
     flavors = [inside]
     if ax.name in partial:
-        inside.cond = f"rl_s_{ax.name} + rl_t_{ax.name} * {ax.thread} + {ax.thread} <= {ax.extent}"
-        # Across the axis's end, the vectors wholly inside are still stored as one.
-        whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
-        flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial)))
+        start = f"rl_s_{ax.name} + rl_t_{ax.name} * {ax.thread}"
+        inside.cond = f"{start} + {ax.thread} <= {ax.extent}"
+        # Runs start at multiples of the thread's run, so at most one crosses the end, and at a position known
+        # here: given as a constant, its lane tests fold away. With a run-time start they stayed, and the
+        # crossing threads gathered and stored lane by lane: 8x16 tiles of a 97x31x13 matmul ran 1.8x slower
+        # than 4x32 ones, whose single run's start was a constant anyway (docs/opencl.md).
+        cross = ax.extent // ax.thread * ax.thread
+        runs = ax.blocks * ax.block // ax.thread
+        if ax.extent % ax.thread and runs > cross // ax.thread + 1:
+            flavors.append(VecFlavor(f"{start} >= {ax.extent}", "", "", "", False, "", skip=True))
+        if ax.extent % ax.thread:
+            # Across the axis's end, the vectors wholly inside are still stored as one.
+            whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
+            flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial), run_start=cross))
     return VecPlan(width, ax.name, vtype, flavors)
 
 
