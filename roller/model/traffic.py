@@ -53,7 +53,7 @@ class TileGeometry:
         self.inputs = tuple(t for t in self.tensors if not t.is_output)
         self.output = next(t for t in self.tensors if t.is_output)
         self.flops_per_point = expr.flops_per_point
-        self.total_bytes = sum(math.prod(t.shape) * t.itemsize for t in expr.tensors)
+        self.total_bytes = expr.bytes   # stored sizes (a view's tensor once): what a cache has to hold
         # Whether the kernels read an input with a per-element guard: through an im2col view (index decoded
         # with divisions, then bounds-checked) or along a window or stride (h + r - 1, 2h: checked against the
         # padding). Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against

@@ -358,10 +358,9 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
         # crossing threads gathered and stored lane by lane: 8x16 tiles of a 97x31x13 matmul ran 1.8x slower
         # than 4x32 ones, whose single run's start was a constant anyway (docs/opencl.md).
         cross = ax.extent // ax.thread * ax.thread
-        runs = ax.blocks * ax.block // ax.thread
-        if ax.extent % ax.thread and runs > cross // ax.thread + 1:
-            flavors.append(VecFlavor(f"{start} >= {ax.extent}", "", "", "", False, "", skip=True))
         if ax.extent % ax.thread:
+            if ax.blocks * ax.block // ax.thread > cross // ax.thread + 1:
+                flavors.append(VecFlavor(f"{start} >= {ax.extent}", "", "", "", False, "", skip=True))
             # Across the axis's end, the vectors wholly inside are still stored as one.
             whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
             flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial), run_start=cross))
