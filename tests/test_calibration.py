@@ -188,9 +188,10 @@ def test_fidelity_repredict_needs_no_device(tmp_path):
     suite.write_text(json.dumps({"ops": [op]}))
     progs = construct(load_op(op), hw.load("pocl-cpu"), top_k=4)
     times = [3.0, 1.0, 2.0, 4.0][:len(progs)]   # made-up measurements: the model's #2 is the fastest
+    passes = [[3.0, 3.5], [1.2, 1.0], [2.0, 4.5], [4.0, 4.2]]   # the second pass swaps #3 and #4
     rows = [{"rank": i, "program": p.line(), "predicted_ms": p.prediction.time_ms,
-             "bottleneck": p.prediction.bottleneck, "measured_ms": t, "rprogram": p.to_json()}
-            for i, (p, t) in enumerate(zip(progs, times), 1)]
+             "bottleneck": p.prediction.bottleneck, "measured_ms": t, "passes_ms": ps, "rprogram": p.to_json()}
+            for i, (p, t, ps) in enumerate(zip(progs, times, passes), 1)]
     stored = tmp_path / "stored.json"
     stored.write_text(json.dumps({"records": [{"op": "mm", "candidates": rows}]}))
     out = tmp_path / "out.json"
@@ -202,6 +203,9 @@ def test_fidelity_repredict_needs_no_device(tmp_path):
     from roller.evaluate import spearman
     assert len(progs) == 4
     assert rec["spearman"] == pytest.approx(spearman([p.prediction.time_ms for p in progs], times))
+    # How well the two passes rank the candidates alike: 3 1 2 4 against 2 1 4 3.
+    assert rec["repeat_spearman"] == pytest.approx(0.4)
+    assert json.loads(out.read_text())["summary"]["median_repeat_spearman"] == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("units", [1, 2, 3, 8])

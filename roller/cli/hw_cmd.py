@@ -167,8 +167,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from roller.hw import probe
 
     out = args.output
-    name = args.name or (os.path.splitext(os.path.basename(out))[0] if out != "-" else "probed-opencl")
-    name = "".join(c if (c.isalnum() or c in "-_.") else "-" for c in name).strip("-_.") or "probed-opencl"
+    name = probe.description_name(args.name or (os.path.splitext(os.path.basename(out))[0] if out != "-"
+                                                else "probed-opencl"))
     result = probe.probe(quick=args.quick, device_spec=args.device)
     text = result.to_yaml(name)
     # The result must load back; a failure here is a bug in the probe, not bad input.

@@ -205,6 +205,12 @@ class ProbeResult:
         return _render_yaml(self, name)
 
 
+def description_name(stem: str, default: str = "probed-opencl") -> str:
+    """A description name from a file's stem: what a name may hold (letters, digits, '-', '_', '.'), since it
+    reaches generated sources and cache keys."""
+    return "".join(c if (c.isalnum() or c in "-_.") else "-" for c in stem).strip("-_.") or default
+
+
 def _progress(msg: str, stream: Any = None) -> None:
     print(f"roller hw probe: {msg}", file=stream or sys.stderr, flush=True)
 
