@@ -254,13 +254,14 @@ def main() -> None:
 def probed(path: str):  # type: ignore[no-untyped-def]
     """The description ``roller hw probe`` writes for this machine, saved at ``path``: the issue's "description
     produced by roller hw probe", so that the model's tables are this machine's and not another's."""
+    from roller.atomic import write_atomic
     from roller.hw import probe
 
+    if not Path(path).resolve().parent.is_dir():   # before the probe's half minute, not after it
+        raise InputError("folder does not exist", source=str(Path(path).parent), field="--probe")
     text = probe.probe().to_yaml(probe.description_name(Path(path).stem))
     hw = H.load_text(text, path)
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)   # never a half-written description where a later --hw would read it
+    write_atomic(path, text.encode("utf-8"))   # never a half-written description where a later --hw reads
     return hw
 
 

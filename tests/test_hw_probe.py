@@ -114,3 +114,18 @@ def test_device_selection_env(monkeypatch):
     monkeypatch.setenv("ROLLER_CL_DEVICE", "no-such-platform-xyz")
     with pytest.raises(ToolchainError, match="no OpenCL platform matches"):
         choose_device(cl)
+
+
+def test_probe_into_a_missing_folder_fails_before_probing(tmp_path, capsys):
+    """A one-line input error (exit 2) at once, not a traceback after the probe's half minute."""
+    out = tmp_path / "nowhere" / "x.yaml"
+    assert main(["hw", "probe", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "folder does not exist" in err and "--output" in err and "Traceback" not in err
+    assert "device:" not in err   # the probe's first progress line: it never started
+    assert not out.parent.exists()
+
+
+def test_probe_keeps_no_temporary_file(probed):
+    _, out = probed
+    assert [p.name for p in out.parent.iterdir()] == [out.name]

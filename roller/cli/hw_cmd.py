@@ -9,12 +9,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from typing import Any
 
 import yaml
 
 from roller import hw
+from roller.atomic import write_atomic
 from roller.errors import InputError, RollerError
 from roller.hw.loader import format_size
 
@@ -167,6 +167,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from roller.hw import probe
 
     out = args.output
+    if out != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        # Checked before the probe's half minute, not after it.
+        raise InputError("folder does not exist", source=os.path.dirname(out), field="--output")
     name = probe.description_name(args.name or (os.path.splitext(os.path.basename(out))[0] if out != "-"
                                                 else "probed-opencl"))
     result = probe.probe(quick=args.quick, device_spec=args.device)
@@ -176,15 +179,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if out == "-":
         sys.stdout.write(text)
     else:
-        directory = os.path.dirname(os.path.abspath(out))
-        fd, tmp = tempfile.mkstemp(prefix=".probe-", suffix=".yaml", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, out)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(out, text.encode("utf-8"))
         print(f"roller hw probe: wrote {out} ({d.summary()}) in {result.seconds:.1f} s", file=sys.stderr)
     return 0

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from roller.atomic import write_atomic
 from roller.cli.build_cmd import add_common, positive_int, setup
 from roller.errors import InputError
 
@@ -83,15 +82,7 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
         raise InputError("folder does not exist", source=str(target.parent), field="--save")
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.getvalue())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(target, buf.getvalue())
 
 
 def cmd_run(args: argparse.Namespace) -> int:

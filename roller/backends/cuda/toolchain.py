@@ -34,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from roller.atomic import write_atomic
 from roller.errors import CompileError, ToolchainError
 
 FORMAT = 1
@@ -353,10 +354,7 @@ def _write_cached(path: Path, r: UnitResult) -> None:
            "usage": {k: u.to_json() for k, u in r.usage.items()}}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(doc).encode())
     except OSError:
         pass  # a cache that cannot be written only costs time
 

@@ -21,13 +21,13 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from roller.atomic import write_atomic
 from roller.errors import CompileError, ToolchainError
 
 if TYPE_CHECKING:
@@ -307,9 +307,6 @@ def _cache_put(key: str, result: dict[str, dict[str, Any]]) -> None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(result, f)
-        os.replace(tmp, folder / f"{key}.json")
+        write_atomic(folder / f"{key}.json", json.dumps(result).encode())
     except OSError:
         pass  # a cache that cannot be written only costs time
