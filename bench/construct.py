@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import roller.hw as H
-from roller.construct import construct
+from roller.construction import construct
 from roller.ir import load_ops
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,7 +36,7 @@ from typing import Any
 
 import roller.hw as H
 from roller.backends import get
-from roller.construct import construct
+from roller.construction import construct
 from roller.errors import InputError, RollerError
 from roller.evaluate import spearman as rank_correlation
 from roller.ir import load_ops
@@ -151,15 +151,13 @@ def op_record(hw_name: str, op, rows: list[dict]) -> dict:  # type: ignore[no-un
 def repredicted(op, hw, rec: dict) -> list[dict]:  # type: ignore[no-untyped-def]
     """The stored candidates of ``rec`` with the current model's predictions, in its new order (ties keep the
     stored order): a model change tried against measurements already taken, with no device."""
-    from roller.api import program_from_json
-    from roller.construct import repredict
-    from roller.ir.fuse import prepare
+    from roller.construction import repredict
+    from roller.program import RProgram
 
-    expr = prepare(op)
     rows = []
     for c in rec["candidates"]:
         try:
-            p = repredict(program_from_json(c["rprogram"], expr, hw), hw)
+            p = repredict(RProgram.from_json(c["rprogram"], op), hw)
         except (ValueError, KeyError) as err:   # measured for another op, suite or description
             raise InputError(f"--repredict: candidate {c.get('program')!r} of {op.name}: {err}") from None
         rows.append({**c, "predicted_ms": p.prediction.time_ms, "bottleneck": p.prediction.bottleneck,
@@ -255,7 +253,7 @@ def probed(path: str):  # type: ignore[no-untyped-def]
     """The description ``roller hw probe`` writes for this machine, saved at ``path``: the issue's "description
     produced by roller hw probe", so that the model's tables are this machine's and not another's."""
     from roller.atomic import write_atomic
-    from roller.hw import probe
+    from roller.backends.opencl import probe
 
     if not Path(path).resolve().parent.is_dir():   # before the probe's half minute, not after it
         raise InputError("folder does not exist", source=str(Path(path).parent), field="--probe")

@@ -265,7 +265,7 @@ def copy_bandwidth(repeat: int) -> float:
 
 def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_gbps: float) -> Row:
     import roller
-    from roller.construct import construct
+    from roller.construction import construct
     from roller.evaluate import compare, tolerances
     from roller.ir import load_ops
     from roller.numpy_reference import random_inputs

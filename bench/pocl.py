@@ -18,7 +18,7 @@ import numpy as np
 import roller
 import roller.hw as H
 from roller.backends import get
-from roller.construct import construct
+from roller.construction import construct
 from roller.ir import load_op
 from roller.numpy_reference import random_inputs
 

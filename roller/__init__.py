@@ -14,7 +14,7 @@ _LAZY = {
     "random_inputs": ("roller.numpy_reference", "random_inputs"),
     "load_ops": ("roller.ir", "load_ops"),
     "load_op": ("roller.ir", "load_op"),
-    "construct": ("roller.construct", "construct"),
+    "construct": ("roller.api", "construct"),
     "compile": ("roller.api", "compile"),
 }
 
@@ -28,4 +28,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'roller' has no attribute {name!r}")
 
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "compile", "construct", "load_op", "load_ops", "random_inputs", "reference"]
+assert set(__all__[1:]) == set(_LAZY)

@@ -13,22 +13,23 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 import numpy as np
 
 from roller import backends as _backends
 from roller import cache as _cache
 from roller.errors import InputError
-from roller.hw import HardwareDesc
-from roller.hw import list_bundled
+from roller.hw import HardwareDesc, list_bundled
 from roller.hw import load as load_hw
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
+from roller.program import RProgram
 
-HwLike = Union[str, os.PathLike, HardwareDesc]
+HwLike = str | os.PathLike | HardwareDesc
 
 
 def resolve_hw(hw: HwLike | None, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
@@ -48,31 +49,16 @@ def source_op(op: OpLike) -> TensorExpr:
     return expr.source or expr
 
 
-def program_from_json(doc: Mapping[str, Any], expr: TensorExpr, hw: HardwareDesc) -> "Any":
-    """Rebuild an RProgram from ``RProgram.to_json()`` for the prepared expression it was constructed for."""
-    from roller.construct.rtile import Prediction, RProgram, RTile
+def construct(op: OpLike, hw: HwLike, top_k: int = 10, backend: str | None = None) -> list[RProgram]:
+    """The ``top_k`` rPrograms of ``op`` on ``hw``, best predicted first, for the backend that will render
+    them (default: the description's): matrix-instruction programs only where that backend renders them."""
+    from roller.construction import construct as construct_programs
 
-    if doc.get("op_hash") != expr.content_hash():
-        raise ValueError("rProgram belongs to another op")
-    p = doc.get("prediction")
-    pred = None
-    if p is not None:
-        pred = Prediction(time_s=p["time_ms"] / 1e3, bottleneck=p["bottleneck"],
-                          fraction_of_peak=p["fraction_of_peak"],
-                          layer_times_s=tuple((k, v / 1e3) for k, v in p["layer_times_ms"].items()),
-                          compute_time_s=p["compute_time_ms"] / 1e3, waves=p["waves"],
-                          blocks_per_unit=p["blocks_per_unit"], registers_per_thread=p["registers_per_thread"])
-    tiles = tuple(RTile(tuple(int(s) for s in t["shape"]),
-                        tuple(sorted((str(k), int(v)) for k, v in t["storage_padding"].items())))
-                  for t in doc["tiles"])
-    if len(tiles) != len(hw.memory) - 1 or len(tiles[0].shape) != len(expr.axes):
-        raise ValueError("rProgram does not fit the description")
-    return RProgram(expr=expr, hw_name=doc["hw"], hw_hash=doc["hw_hash"], layers=tuple(doc["layers"]),
-                    scopes=tuple(m.scope for m in hw.memory), tiles=tiles, grid=int(doc["grid"]),
-                    block=int(doc["block"]), block_level=int(doc["block_level"]),
-                    thread_level=int(doc["thread_level"]), reduce_threads=int(doc.get("reduce_threads", 1)),
-                    epsilon=float(doc.get("epsilon", 0.0)), padding_waste=float(doc.get("padding_waste", 0.0)),
-                    use_matrix=bool(doc.get("use_matrix", False)), prediction=pred)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    hwd = resolve_hw(hw)
+    be = _backends.for_hw(hwd, backend)
+    return construct_programs(source_op(op), hwd, top_k=top_k, matrix=be.matrix_support)
 
 
 @dataclass
@@ -217,8 +203,7 @@ def build_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int = 10, e
     use_cache = use_cache and _cache.enabled()
     key = parts = None
     if use_cache:
-        parts = _cache.key_parts(src.content_hash(), src.name, hwd.content_hash(), be.name,
-                                 _cache.toolchain_version(be), top_k, evaluate)
+        parts = _cache.key_parts(src.content_hash(), src.name, hwd.content_hash(), be, top_k, evaluate)
         key = _cache.make_key(parts)
         entry = _cache.lookup(key)
         if entry is not None:
@@ -227,7 +212,7 @@ def build_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int = 10, e
                 return kernel
             _cache.last_event = "damaged: entry does not match the op"
             if entry.path is not None:
-                _cache._remove(entry.path)
+                _cache.remove(entry.path)
     kernel = _construct_kernel(src, hwd, be, top_k, evaluate, repeat, progress)
     if use_cache and key is not None:
         art = kernel.artifact
@@ -240,10 +225,10 @@ def build_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int = 10, e
 
 def _construct_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int, evaluate: bool, repeat: int,
                       progress: bool | None) -> Kernel:
-    from roller.construct import construct
+    from roller.construction import construct as construct_programs
 
     t = time.perf_counter()
-    progs = construct(src, hwd, top_k=top_k)
+    progs = construct_programs(src, hwd, top_k=top_k, matrix=be.matrix_support)
     construction_s = time.perf_counter() - t
     if evaluate:
         from roller.evaluate import evaluate as run_eval
@@ -258,12 +243,12 @@ def _construct_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int, e
 
 def _from_entry(src: TensorExpr, hwd: HardwareDesc, be: Any, entry: _cache.Entry) -> Kernel | None:
     from roller.backends import Artifact
-    from roller.ir.fuse import prepare
 
     try:
-        expr = prepare(src)
-        progs = [program_from_json(d, expr, hwd) for d in entry.programs]
+        progs = [RProgram.from_json(d, src) for d in entry.programs]
     except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if any(len(p.tiles) != len(hwd.memory) - 1 for p in progs):
         return None
     art = Artifact(entry.kernel_name, dict(entry.files), entry.launch, main_file=entry.main_file)
     return Kernel(src, hwd, be, progs, entry.chosen, art, evaluation=entry.evaluation, cache_hit=True,

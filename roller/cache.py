@@ -1,7 +1,9 @@
-"""On-disk cache of built kernels: construction + rendering (+ evaluation) results, keyed by content.
+"""On-disk cache of what Roller builds, keyed by content: kernels (construction + rendering (+ evaluation)),
+and the compile results of toolchains (``load_result`` / ``store_result``: the nvcc and hipcc reports).
 
 Location: ``$ROLLER_CACHE_DIR``, else ``~/.cache/roller`` (``$XDG_CACHE_HOME/roller`` when that is set);
-``ROLLER_NO_CACHE=1`` disables it. One entry is one folder ``<dir>/entries/<key>/`` holding the rendered files,
+``ROLLER_NO_CACHE=1`` disables it (``roller.settings``). One kernel entry is one folder
+``<dir>/entries/<key>/`` holding the rendered files,
 ``launch.json``, ``programs.json`` (the top-K rPrograms, best predicted first), ``eval.json`` when the entry was
 chosen by measurement, and ``entry.json``: the key's parts, the chosen candidate, and a sha256 of every other
 file (plus one of its own body). An entry that fails any check (bad JSON, missing file, checksum mismatch) is
@@ -9,9 +11,12 @@ removed and rebuilt, never used. Entries are built in ``<dir>/tmp/`` and renamed
 a whole entry or none.
 
 The key is a sha256 over: the source op's content hash and name (the kernel is named after the op), the
-description's content hash, the backend, the toolchain version (e.g. the OpenCL platform and driver version;
-``none`` where the backend cannot run here), ``roller.__version__``, ``top_k``, whether candidates were
-evaluated, and the environment variables that change rendering.
+description's content hash, the backend, the toolchain version (``Backend.toolchain_version``, e.g. the
+platform and driver of the device kernels run on; ``none`` where the backend cannot run here), ``roller.__version__``,
+``top_k``, whether candidates were evaluated, and the settings the backend declares in ``cache_env``.
+
+A compile result is one JSON file ``<dir>/results/<kind>/<key[:2]>/<key>.json`` holding the document and its
+checksum; one that fails the checksum is ignored and overwritten.
 """
 from __future__ import annotations
 
@@ -23,28 +28,30 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from roller.backends import Backend
+from roller.atomic import write_atomic
+from roller.settings import current, settings
+
+
+class Backend(Protocol):
+    """What the cache needs of a backend (``roller.backends.Backend`` has it)."""
+
+    name: str
+    cache_env: tuple[str, ...]
+
+    def toolchain_version(self) -> str: ...
 
 FORMAT = 1
 MANIFEST = "entry.json"
-# Environment variables that change what a backend renders or how it compiles: part of the key.
-RENDER_ENV = ("ROLLER_CL_MAPPING", "ROLLER_CL_FAST_MATH")
 
 
 def enabled() -> bool:
-    return os.environ.get("ROLLER_NO_CACHE", "").strip().lower() not in ("1", "true", "yes", "on")
+    return not settings.cache.disabled
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("ROLLER_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "roller"
+    return settings.cache.dir
 
 
 def _entries_dir(root: Path | None = None) -> Path:
@@ -54,38 +61,22 @@ def _entries_dir(root: Path | None = None) -> Path:
 _TOOLCHAIN: dict[str, str] = {}
 
 
-def toolchain_version(backend: "Backend") -> str:
-    """What compiles the kernels here: the backend's ``toolchain_version()`` when it has one; for OpenCL the
-    platform, version, device and driver picked by the launcher; ``none`` where the backend cannot run here."""
-    memo = f"{backend.name}|{os.environ.get('ROLLER_CL_DEVICE', '')}"
-    if memo in _TOOLCHAIN:
-        return _TOOLCHAIN[memo]
-    version = "none"
-    hook = getattr(backend, "toolchain_version", None)
-    if callable(hook):
-        version = str(hook())
-    elif backend.name == "opencl":
-        try:
-            if backend.can_run_here():
-                from roller.backends.opencl.launcher import pick_device
-
-                dev = pick_device()
-                version = f"{dev.platform.name} | {dev.platform.version} | {dev.name} | {dev.driver_version}"
-        except Exception:  # noqa: BLE001 - no device: render-only
-            version = "none"
-    if os.environ.get("ROLLER_CL_DEVICE"):
-        version += f" | device {os.environ['ROLLER_CL_DEVICE']}"
-    _TOOLCHAIN[memo] = version
-    return version
+def toolchain_version(backend: Backend) -> str:
+    """``backend.toolchain_version()``, asked once per process and per value of the backend's settings."""
+    memo = json.dumps([backend.name, current(backend.cache_env)], sort_keys=True)
+    if memo not in _TOOLCHAIN:
+        _TOOLCHAIN[memo] = str(backend.toolchain_version())
+    return _TOOLCHAIN[memo]
 
 
-def key_parts(op_hash: str, op_name: str, hw_hash: str, backend: str, toolchain: str, top_k: int,
+def key_parts(op_hash: str, op_name: str, hw_hash: str, backend: Backend, top_k: int,
               evaluated: bool) -> dict[str, Any]:
+    """What a kernel entry's key is made of (``make_key``)."""
     from roller import __version__
 
-    return {"format": FORMAT, "op_hash": op_hash, "op_name": op_name, "hw_hash": hw_hash, "backend": backend,
-            "toolchain": toolchain, "roller": __version__, "top_k": top_k, "evaluated": bool(evaluated),
-            "env": {k: os.environ[k] for k in RENDER_ENV if os.environ.get(k)}}
+    return {"format": FORMAT, "op_hash": op_hash, "op_name": op_name, "hw_hash": hw_hash,
+            "backend": backend.name, "toolchain": toolchain_version(backend), "roller": __version__,
+            "top_k": top_k, "evaluated": bool(evaluated), "env": current(backend.cache_env)}
 
 
 def make_key(parts: dict[str, Any]) -> str:
@@ -163,7 +154,7 @@ def _load_entry(folder: Path) -> Entry:
                  folder)
 
 
-def _remove(folder: Path) -> None:
+def remove(folder: Path) -> None:
     """Take a folder out of the way first (rename), then delete it, so nobody reads it half-deleted."""
     trash = folder.parent.parent / "tmp" / f"trash-{folder.name}-{os.getpid()}-{time.monotonic_ns()}"
     try:
@@ -192,7 +183,7 @@ def lookup(key: str) -> Entry | None:
         entry = _load_entry(folder)
     except Damaged as err:
         last_event = f"damaged: {err}"
-        _remove(folder)
+        remove(folder)
         return None
     last_event = "hit"
     return entry
@@ -226,7 +217,7 @@ def store(key: str, entry: Entry) -> Path | None:
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
         final = _entries_dir(root) / key
         if final.exists():
-            _remove(final)
+            remove(final)
         try:
             os.rename(tmp, final)
         except OSError:  # another process stored the same entry meanwhile: keep theirs
@@ -266,8 +257,52 @@ def clear() -> int:
         for child in list(folder.iterdir()):
             if child.is_dir():
                 n += 1
-                _remove(child)
+                remove(child)
             else:
                 child.unlink(missing_ok=True)
     shutil.rmtree(root / "tmp", ignore_errors=True)
     return n
+
+
+# -- compile results (toolchain reports) ----------------------------------------------------------------------
+
+def result_key(*parts: str) -> str:
+    """A key over ``parts`` (each one separated, so no two different part lists share a key)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _result_path(kind: str, key: str) -> Path:
+    return cache_dir() / "results" / kind / key[:2] / f"{key}.json"
+
+
+def load_result(kind: str, key: str) -> Any | None:
+    """The document stored under (``kind``, ``key``), or None: absent, disabled, unreadable or damaged."""
+    if not enabled():
+        return None
+    try:
+        doc = json.loads(_result_path(kind, key).read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or "body" not in doc or doc.get("format") != FORMAT:
+        return None
+    if doc.get("sha256") != _sha(json.dumps(doc["body"], sort_keys=True).encode()):
+        return None
+    return doc["body"]
+
+
+def store_result(kind: str, key: str, body: Any) -> None:
+    """Store a JSON document atomically; a cache that cannot be written only costs time, so nothing is
+    raised."""
+    if not enabled():
+        return
+    path = _result_path(kind, key)
+    doc = {"format": FORMAT, "sha256": _sha(json.dumps(body, sort_keys=True).encode()), "body": body}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(doc).encode())
+    except OSError:
+        pass

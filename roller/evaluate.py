@@ -15,10 +15,11 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,9 +27,9 @@ from roller.errors import CheckError, CompileError, RollerError, ToolchainError
 
 if TYPE_CHECKING:
     from roller.backends import Artifact, Backend, Runner
-    from roller.construct.rtile import RProgram
     from roller.hw import HardwareDesc
     from roller.ir.tensor_expr import TensorExpr
+    from roller.program import RProgram
 
 #: (rtol, atol) per output dtype for checks against roller.reference
 TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)}
@@ -92,7 +93,7 @@ def _count_bad(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> in
     return int(np.count_nonzero(~(same | close)))
 
 
-def throughput(expr: "TensorExpr", seconds: float) -> tuple[float, str]:
+def throughput(expr: TensorExpr, seconds: float) -> tuple[float, str]:
     """(value, unit): GFLOP/s for ops with a reduction, GB/s of compulsory traffic for the others."""
     src = expr.source or expr
     if seconds <= 0:
@@ -107,14 +108,18 @@ def ordered_inputs(launch: Mapping[str, Any], bound: Mapping[str, np.ndarray]) -
     return [bound[a["name"]] for a in launch["arguments"] if a.get("role") == "input"]
 
 
-def require_device(backend: "Backend", hw: "HardwareDesc | None" = None, why: str = "") -> None:
+def require_device(backend: Backend, hw: HardwareDesc | None = None, why: str = "") -> None:
     """ToolchainError (exit 5) unless ``backend`` can run kernels on this machine."""
     if backend.can_run_here():
         return
+    from roller.backends import runs_here_instead
+
     reason = backend.why_not_here() or f"no {backend.name} device on this machine"
+    instead = [name for name in runs_here_instead() if name != backend.name]
     hint = ""
-    if backend.name != "opencl":
-        hint = " (OpenCL kernels of every description run on the local OpenCL device: add --backend opencl)"
+    if instead:
+        hint = (f" (the {instead[0]} backend runs every description's kernels on this machine's device: add "
+                f"--backend {instead[0]})")
     target = f" for {hw.name}" if hw is not None else ""
     raise ToolchainError(f"{why or 'running kernels'} needs the {backend.name} backend{target} on this "
                          f"machine: {reason}{hint}")
@@ -160,9 +165,9 @@ class Progress:
 @dataclass
 class Candidate:
     rank: int  # 1-based, the model's order
-    program: "RProgram"
-    artifact: "Artifact | None" = None
-    runner: "Runner | None" = None
+    program: RProgram
+    artifact: Artifact | None = None
+    runner: Runner | None = None
     compile_s: float | None = None
     measured_s: float | None = None
     error: str | None = None
@@ -183,8 +188,8 @@ class Candidate:
 
 @dataclass
 class Evaluation:
-    op: "TensorExpr"
-    hw: "HardwareDesc"
+    op: TensorExpr
+    hw: HardwareDesc
     backend: str
     device: str
     repeat: int
@@ -251,7 +256,7 @@ def _short(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [err.__class__.__name__])[0][:300]
 
 
-def evaluate(op: "TensorExpr", programs: Sequence["RProgram"], hw: "HardwareDesc", backend: "Backend",
+def evaluate(op: TensorExpr, programs: Sequence[RProgram], hw: HardwareDesc, backend: Backend,
              inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 10, warmup: int = 2,
              jobs: int | None = None, progress: bool | None = None, check: bool = True,
              workdir: Path | None = None, label: str | None = None) -> Evaluation:

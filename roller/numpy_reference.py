@@ -7,10 +7,11 @@ as far as needed to keep temporaries near ``_CHUNK`` elements.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from roller.dtypes import dtype
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read, walk
 from roller.ir.opfile import OpLike, load_op
@@ -23,11 +24,9 @@ try:  # scipy is optional; math.erf is exact but element by element.
 except ImportError:  # pragma: no cover - depends on the environment
     _erf = np.frompyfunc(math.erf, 1, 1)
 
-_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32}
-
-
 def np_dtype(name: str) -> type:
-    return _NP_DTYPES[name]
+    """The numpy type arrays of ``name`` have on the host (and the reference computes in)."""
+    return dtype(name).host
 
 
 def bind_inputs(expr: TensorExpr, args: Sequence[np.ndarray] = (), kwargs: Mapping[str, np.ndarray] | None = None

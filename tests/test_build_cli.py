@@ -11,7 +11,7 @@ import roller
 from roller.backends import get
 from roller.cli import build_cmd
 from roller.cli.main import main
-from roller.construct import construct
+from roller.construction import construct
 from roller.hw import load as load_hw
 from roller.ir import load_op, load_ops
 

@@ -10,7 +10,7 @@ from test_hw_errors import BASE
 
 from roller import hw
 from roller.cli.main import main
-from roller.construct import construct, repredict
+from roller.construction import construct, repredict
 from roller.ir import load_op
 from roller.ir.vector import vector_width
 from roller.model.micro import _edge_share, _register_tile, makespan, predict, resources

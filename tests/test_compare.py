@@ -72,6 +72,7 @@ def results(report_dir) -> dict:
 ALL = DEVICES + ["v100-16k"]
 
 
+@pytest.mark.slow
 def test_every_op_and_device_in_every_output(report_dir, results):
     ops = [o.name for o in load_ops(SUITE)]
     pairs = [(o, d) for o in ops for d in ALL]
@@ -151,7 +152,7 @@ def test_kernels_equal_roller_build(report_dir, results, tmp_path):
 def test_codegen_status_follows_registry(results):
     for d in results["devices"]:
         hw = load_hw(d["source"] or d["name"])
-        registered = any(hw.backend in b.serves for b in backends.registry().values())
+        registered = hw.backend in backends.registry()
         assert (d["backend_registered"] is not None) == registered
         statuses = {e["codegen"]["status"] for e in results["results"] if e["hw"] == d["name"]}
         assert statuses <= ({"ok", "error"} if registered else {"no backend"})
@@ -397,7 +398,7 @@ def test_rerun_replaces_report_and_failure_leaves_nothing(tmp_path, monkeypatch)
 def test_no_backend_column(tmp_path, monkeypatch):
     """With the backend serving a description unregistered, its code generation column says "no backend"."""
     ipu = load_hw("ipu-gc200")
-    kept = {n: b for n, b in backends.registry().items() if ipu.backend not in b.serves}
+    kept = {n: b for n, b in backends.registry().items() if ipu.backend != n}
     monkeypatch.setattr(backends, "_REGISTRY", kept)
     out = tmp_path / "r"
     rc, text = _main("compare", "--hw", "ipu-gc200", "--hw", "pocl-cpu", str(EXAMPLES / "matmul.json"), "-o",

@@ -19,7 +19,8 @@ from roller.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (scripts/setup.sh --dev installs it)")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (scripts/setup.sh --dev installs it)"),
+              pytest.mark.chromium]
 
 # Chromium logs page console messages (console.log/error, uncaught exceptions) as "...:CONSOLE(n)] ..." or
 # "...:CONSOLE:n] ..." lines on stderr with --enable-logging=stderr.

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import roller.hw as H
-from roller.construct import construct
-from roller.construct.align import padding_ok, transaction_alignment
+from roller.construction import construct
+from roller.construction.align import padding_ok, transaction_alignment
 from roller.ir import load_ops
 from roller.model.traffic import TileGeometry
 

@@ -14,8 +14,8 @@ import roller.hw as H
 from roller.backends import get
 from roller.backends.c_family.plan import lower
 from roller.backends.opencl import DIALECT
-from roller.construct import construct
-from roller.hw.opencl_env import apply_pocl_defaults
+from roller.construction import construct
+from roller.backends.opencl.env import apply_pocl_defaults
 from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare
 from roller.model.traffic import TileGeometry

@@ -17,8 +17,8 @@ from roller.backends.c_family.plan import lower
 from roller.backends.cuda import DIALECT, STATIC_SMEM_LIMIT
 from roller.backends.cuda.toolchain import compile_unit, compiler_for, gpu_present, parse_ptxas
 from roller.backends.opencl import DIALECT as CL_DIALECT
-from roller.construct import construct
-from roller.construct.matrix import applies, gemm_roles, instruction
+from roller.construction import construct
+from roller.construction.matrix import gemm_roles, instructions
 from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
@@ -44,7 +44,7 @@ def test_registered_for_nvidia_descriptions() -> None:
 def test_same_plan_as_opencl() -> None:
     """CUDA and OpenCL kernels of one rProgram come from one plan: only the dialect's spelling differs."""
     op = load_ops({"op": "conv2d", "N": 2, "C": 8, "H": 9, "W": 9, "F": 16, "KH": 3, "KW": 3})[0]
-    prog = construct(op, "h100", top_k=1)[0]
+    prog = construct(op, "h100", top_k=1, matrix=CUDA.matrix_support)[0]
     a, b = lower(prog, DIALECT, blocked=False), lower(prog, CL_DIALECT, blocked=False)
     assert (a.grid, a.block, a.smem_bytes, a.out_index, a.thread_points) == \
         (b.grid, b.block, b.smem_bytes, b.out_index, b.thread_points)
@@ -64,12 +64,14 @@ def test_float16_gemms_get_aligned_matrix_programs(spec: dict) -> None:
     op = load_ops(dict(spec, dtype="float16"))[0]
     for d in ("v100", "h100"):
         hw = H.load(d)
-        progs = construct(op, hw, top_k=10)
+        progs = construct(op, hw, top_k=10, matrix=CUDA.matrix_support)
         mats = [p for p in progs if p.use_matrix]
         assert mats, [p.line() for p in progs]
-        roles, inst = applies(mats[0].expr, hw)  # type: ignore[misc]
-        m, n, k = inst.shape
+        roles = gemm_roles(mats[0].expr)
+        assert roles is not None
         for p in mats:
+            assert p.matrix is not None and p.matrix.family == "wmma"
+            m, n, k = p.matrix.shape
             w, b = p.thread_tile.as_dict(p.expr), p.block_tile.as_dict(p.expr)
             assert w[roles.m] % m == 0 and w[roles.n] % n == 0 and w[roles.k] == k
             assert b[roles.k] % k == 0 and b[roles.m] % w[roles.m] == 0 and b[roles.n] % w[roles.n] == 0
@@ -82,19 +84,22 @@ def test_float16_gemms_get_aligned_matrix_programs(spec: dict) -> None:
 
 def test_float32_and_non_gemm_ops_stay_scalar() -> None:
     hw = H.load("h100")
-    assert instruction(hw, "float32") is None
+    f32 = load_ops({"op": "matmul", "M": 256, "N": 256, "K": 256})[0]
+    assert instructions(f32, hw, CUDA.matrix_support) == []
     for spec in ({"op": "matmul", "M": 256, "N": 256, "K": 256},
                  {"op": "depthwise_conv2d", "N": 2, "C": 16, "H": 14, "W": 14, "KH": 3, "KW": 3,
                   "dtype": "float16"},
                  {"op": "reduce", "kind": "sum", "shape": [64, 64], "axes": [1], "dtype": "float16"}):
-        progs = construct(load_ops(spec)[0], hw, top_k=10)
+        progs = construct(load_ops(spec)[0], hw, top_k=10, matrix=CUDA.matrix_support)
         assert not any(p.use_matrix for p in progs)
-    # AMD's MFMA instructions are not the warp-level family this path builds
-    assert instruction(H.load("mi100"), "float16") is None
+    # The CUDA backend renders wmma only: an AMD description's MFMA instructions are not for it
+    f16 = load_ops({"op": "matmul", "M": 256, "N": 256, "K": 256, "dtype": "float16"})[0]
+    assert instructions(f16, H.load("mi100"), CUDA.matrix_support) == []
     relu = load_ops({"op": "elementwise", "fn": "relu", "shapes": {"X": [8, 8]}})[0]
     assert gemm_roles(relu) is None
 
 
+@pytest.mark.nvcc
 def test_float16_scalar_kernel_compiles() -> None:
     _needs("sm_80")
     hw = H.load("a100")
@@ -103,13 +108,14 @@ def test_float16_scalar_kernel_compiles() -> None:
                  {"op": "maxpool2d", "N": 2, "C": 3, "H": 9, "W": 9, "K": 3, "stride": 2},
                  {"op": "reduce", "kind": "max", "shape": [7, 300], "axes": [1]}):
         op = load_ops(dict(spec, dtype="float16"))[0]
-        art = CUDA.render(construct(op, hw, top_k=1)[0], hw)
+        art = CUDA.render(construct(op, hw, top_k=1, matrix=CUDA.matrix_support)[0], hw)
         assert "__half" in art.source
         srcs.append(art.source)
     res = compile_unit("\n".join(srcs), hw.target, None, "f16_scalar", use_cache=False)
     assert len(res.usage) == 3
 
 
+@pytest.mark.nvcc
 def test_dynamic_shared_memory_above_48k() -> None:
     """With the opt-in limit in the description, tiles over 48 KiB come from dynamic shared memory (static
     arrays cannot exceed 48 KiB) and launch.json says how much to request."""
@@ -118,7 +124,7 @@ def test_dynamic_shared_memory_above_48k() -> None:
     srcs, dyn = [], []
     for dtype in ("float32", "float16"):
         op = load_ops({"op": "matmul", "M": 4096, "N": 4096, "K": 4096, "dtype": dtype, "name": f"big_{dtype}"})[0]
-        for i, p in enumerate(construct(op, hw, top_k=10)):
+        for i, p in enumerate(construct(op, hw, top_k=10, matrix=CUDA.matrix_support)):
             art = CUDA.render(p, hw)
             if art.launch["dynamic_shared_bytes"]:
                 assert art.launch["dynamic_shared_bytes"] > STATIC_SMEM_LIMIT
@@ -131,6 +137,7 @@ def test_dynamic_shared_memory_above_48k() -> None:
         assert res.usage[k].smem_bytes < 1024  # nothing static: the tiles are dynamic
 
 
+@pytest.mark.nvcc
 def test_compile_error_shows_log_file_and_repro(tmp_path: Path) -> None:
     _needs("sm_90")
     bad = 'extern "C" __global__ void broken(float* y) { y[0] = undefined_name; }\n'
@@ -145,6 +152,7 @@ def test_compile_error_shows_log_file_and_repro(tmp_path: Path) -> None:
     assert info.value.exit_code == 3
 
 
+@pytest.mark.nvcc
 def test_nvrtc_compile_error(tmp_path: Path) -> None:
     _needs("sm_70")
     with pytest.raises(CompileError) as info:

@@ -29,6 +29,9 @@ def _compiler(target: str) -> str | None:
         return None
 
 
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
+
+
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, tuple[check.Unit, object]]:
     units = []

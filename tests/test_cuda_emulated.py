@@ -15,7 +15,7 @@ import pytest
 import roller
 import roller.hw as H
 from roller.backends import get
-from roller.construct import construct
+from roller.construction import construct
 from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
@@ -73,7 +73,7 @@ def run_emulated(art, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
 def test_wmma_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
     op = load_ops(dict(spec, dtype="float16"))[0]
     hw = H.load("h100")
-    progs = [p for p in construct(op, hw, top_k=10) if p.use_matrix and p.grid * p.block <= 4096]
+    progs = [p for p in construct(op, hw, top_k=10, matrix=get("cuda").matrix_support) if p.use_matrix and p.grid * p.block <= 4096]
     assert progs, "no small matrix program to emulate"
     x = random_inputs(op, seed=3)
     ref = roller.reference(op, x)
@@ -98,7 +98,7 @@ def test_emulation_catches_a_wrong_fragment_layout(tmp_path: Path) -> None:
     """Negative control: the same kernel with matrix_a's layout flipped must disagree with the reference."""
     op = load_ops({"op": "matmul", "M": 32, "N": 32, "K": 32, "dtype": "float16"})[0]
     hw = H.load("h100")
-    p = next(p for p in construct(op, hw, top_k=10) if p.use_matrix)
+    p = next(p for p in construct(op, hw, top_k=10, matrix=get("cuda").matrix_support) if p.use_matrix)
     art = CUDA.render(p, hw)
     a_layout = art.extra["matrix"].a_layout
     flipped = "col_major" if a_layout == "row_major" else "row_major"

@@ -11,7 +11,7 @@ import pytest
 import roller.hw as H
 from roller.backends import get
 from roller.cli.main import main
-from roller.construct import construct
+from roller.construction import construct
 from roller.ir import load_ops
 
 ROOT = Path(__file__).resolve().parent.parent

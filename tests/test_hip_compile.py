@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import roller.hw as H
-from roller.backends.rocm_hip import BACKEND, compile_check, hipcc, mfma, register_cap
-from roller.construct import construct
+from roller.backends.rocm_hip import BACKEND, compile_check, hipcc, register_cap
+from roller.construction import construct, matrix_candidates
 from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
@@ -32,7 +32,8 @@ def _hipcc_missing() -> str:
         return str(err)
 
 
-pytestmark = pytest.mark.skipif(bool(_hipcc_missing()), reason=_hipcc_missing() or "hipcc present")
+pytestmark = [pytest.mark.skipif(bool(_hipcc_missing()), reason=_hipcc_missing() or "hipcc present"),
+              pytest.mark.hipcc]
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,7 @@ def matrix_rows(tmp_path_factory: pytest.TempPathFactory) -> list[compile_check.
                                programs=compile_check.best_mfma_program)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", compile_check.AMD_DESCRIPTIONS)
 def test_every_suite_op_compiles_within_limits(scalar_rows: list[compile_check.KernelCheck], device: str) -> None:
     hw = H.load(device)
@@ -62,6 +64,7 @@ def test_every_suite_op_compiles_within_limits(scalar_rows: list[compile_check.K
         assert r.mfma_count == 0 and r.matrix is None  # float32 programs stay on the vector units
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["mi100", "mi250x", "mi300x"])
 def test_float16_gemms_use_mfma_within_limits(matrix_rows: list[compile_check.KernelCheck], device: str) -> None:
     hw = H.load(device)
@@ -125,7 +128,7 @@ def test_mfma_programs_are_aligned_to_the_instruction() -> None:
     op = load_ops({"op": "matmul", "M": 200, "N": 300, "K": 100, "dtype": "float16"})[0]
     for device in ("mi100", "mi250x", "mi300x"):
         hw = H.load(device)
-        progs = mfma.programs(compile_check.prepare(op), hw, want=20)
+        progs = matrix_candidates(op, hw, BACKEND.matrix_support, want=20)
         assert progs
         for p in progs:
             art = BACKEND.render(p, hw)

@@ -15,12 +15,11 @@ import pytest
 import roller
 import roller.hw as H
 from roller.backends import Artifact, get
-from roller.backends.rocm_hip import emulate, mfma
-from roller.construct import construct
+from roller.backends.rocm_hip import emulate
+from roller.construction import construct, matrix_candidates
 from roller.errors import ToolchainError
 from roller.evaluate import tolerances
 from roller.ir import load_ops
-from roller.ir.fuse import prepare
 from roller.numpy_reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +45,7 @@ def check(op, art: Artifact, tmp: Path) -> None:  # type: ignore[no-untyped-def]
                                atol=atol, err_msg=f"{op.name}: {art.launch['rprogram']}")
 
 
+@pytest.mark.slow
 def test_scaled_suite_built_for_mi50_runs_right(tmp_path: Path) -> None:
     hw = H.load("mi50")
     ops = load_ops(ROOT / "bench/suites/scaled.json")
@@ -84,7 +84,7 @@ MFMA_OPS = load_ops({"ops": [
 def coverage(op, hw) -> list:  # type: ignore[no-untyped-def]
     """One program per (instruction, several tiles along m, several along n) that the search offers."""
     seen, out = set(), []
-    for p in mfma.programs(prepare(op), hw, want=1000):
+    for p in matrix_candidates(op, hw, BACKEND.matrix_support, want=1000, every_tiling=True):
         m = BACKEND.render(p, hw).extra["mfma"]
         key = (m.instruction.name, m.m_tiles > 1, m.n_tiles > 1)
         if key not in seen:
@@ -93,12 +93,13 @@ def coverage(op, hw) -> list:  # type: ignore[no-untyped-def]
     return out
 
 
+@pytest.mark.slow
 def test_mfma_layouts_on_every_gemm_shape(tmp_path: Path) -> None:
     hw = H.load("mi250x")
     kinds = set()
     jobs = []
     for op in MFMA_OPS:
-        progs = coverage(op, hw) if op.name == "mm" else mfma.programs(prepare(op), hw, want=1)
+        progs = coverage(op, hw) if op.name == "mm" else matrix_candidates(op, hw, BACKEND.matrix_support, want=1)
         for i, p in enumerate(progs):
             art = BACKEND.render(p, hw)
             m = art.extra["mfma"]
@@ -114,14 +115,14 @@ def test_mfma_on_mi100_and_mi300x(tmp_path: Path) -> None:
     op = MFMA_OPS[0]
     for device in ("mi100", "mi300x"):
         hw = H.load(device)
-        check(op, BACKEND.render(mfma.programs(prepare(op), hw, want=1)[0], hw), tmp_path / device)
+        check(op, BACKEND.render(matrix_candidates(op, hw, BACKEND.matrix_support, want=1)[0], hw), tmp_path / device)
 
 
 def test_a_wrong_result_layout_is_caught(tmp_path: Path) -> None:
     """Negative control: permuting the rows a lane stores within its group of four gives wrong answers."""
     hw = H.load("mi250x")
     op = MFMA_OPS[0]
-    art = BACKEND.render(mfma.programs(prepare(op), hw, want=1)[0], hw)
+    art = BACKEND.render(matrix_candidates(op, hw, BACKEND.matrix_support, want=1)[0], hw)
     assert "+ rl_v % 4;" in art.source
     bad = Artifact(art.kernel_name, {art.main_file: art.source.replace("+ rl_v % 4;", "+ (3 - rl_v % 4);")},
                    art.launch, main_file=art.main_file)

@@ -14,7 +14,7 @@ import pytest
 import roller.hw as H
 from roller.backends import get
 from roller.backends.rocm_hip import hipcc
-from roller.construct import construct
+from roller.construction import construct
 from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
@@ -61,7 +61,7 @@ def test_missing_hipcc_through_python_exits_5(tmp_path: Path) -> None:
         "import pathlib, sys\n"
         "import roller.hw as H\n"
         "from roller.backends import get\n"
-        "from roller.construct import construct\n"
+        "from roller.construction import construct\n"
         "from roller.errors import RollerError\n"
         "from roller.ir import load_ops\n"
         "op = load_ops({'op': 'matmul', 'M': 8, 'N': 8, 'K': 8})[0]\n"
@@ -78,6 +78,7 @@ def test_missing_hipcc_through_python_exits_5(tmp_path: Path) -> None:
     assert proc.stderr.strip().count("\n") == 0 and "apt-get install hipcc" in proc.stderr
 
 
+@pytest.mark.hipcc
 @needs_hipcc
 def test_compile_error_has_log_kernel_path_and_working_repro(tmp_path: Path) -> None:
     art, hw = artifact()
@@ -95,6 +96,7 @@ def test_compile_error_has_log_kernel_path_and_working_repro(tmp_path: Path) -> 
     assert proc.returncode != 0 and "expected expression" in proc.stderr
 
 
+@pytest.mark.hipcc
 @needs_hipcc
 def test_backend_error_names_the_kernel_in_a_shared_unit(tmp_path: Path) -> None:
     """A kernel whose LDS exceeds the 64 KiB hipcc allows fails the unit; the error names that kernel's file,
@@ -126,6 +128,6 @@ def test_backend_registry_and_files() -> None:
     hw = H.load(ROOT / "hwdesc/mi50.yaml")
     from roller.backends import for_hw
 
-    assert for_hw(hw) is BACKEND and BACKEND.name == "hip" and BACKEND.serves == ("hip",)
+    assert for_hw(hw) is BACKEND and BACKEND.name == "hip" and BACKEND.file_ext == "hip"
     art = BACKEND.render(construct(OP, hw, top_k=1)[0], hw)
     assert list(art.files) == ["kernel.hip"] and art.launch["wavefront_size"] == 64

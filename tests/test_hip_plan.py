@@ -18,7 +18,7 @@ import roller.hw as H
 from roller.backends import get
 from roller.backends.opencl import DIALECT as CL
 from roller.backends.rocm_hip import DIALECT as HIP
-from roller.construct import construct
+from roller.construction import construct
 from roller.ir import load_ops
 
 ROOT = Path(__file__).resolve().parent.parent

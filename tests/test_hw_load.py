@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roller import hw
+from roller import backends, hw
 from roller.errors import InputError
 from roller.hw import (
     ComputePeak,
@@ -36,7 +36,7 @@ def test_bundled_loads_and_is_typed(name):
     d = load(name)
     assert isinstance(d, HardwareDesc)
     assert d.name == name
-    assert d.backend in hw.BACKENDS
+    assert d.backend in backends.registry()
     assert len(d.memory) >= 2
     assert d.memory[0].scope == "device" and d.memory[-1].scope == "thread"
     assert all(isinstance(m, MemoryLayer) for m in d.memory)

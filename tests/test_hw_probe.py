@@ -18,9 +18,9 @@ def _device():
         platforms = []
     if not platforms:
         pytest.skip("no OpenCL platform present")
-    from roller.hw.probe import choose_device
+    from roller.backends.opencl.launcher import pick_device
 
-    return choose_device(cl)
+    return pick_device()
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_probe_numbers_are_plausible(probed):
 
 def test_probe_api_quick():
     _device()
-    from roller.hw import probe
+    from roller.backends.opencl import probe
 
     lines = []
     res = probe.probe(quick=True, log=lines.append)
@@ -105,15 +105,15 @@ def test_probe_progress_on_stderr(probed, capsys, tmp_path):
 
 def test_device_selection_env(monkeypatch):
     _device()
-    from roller.errors import ToolchainError
-    from roller.hw.probe import choose_device
+    from roller.backends.opencl.launcher import pick_device
+    from roller.errors import InputError
 
     first = cl.get_platforms()[0]
     monkeypatch.setenv("ROLLER_CL_DEVICE", first.name[:6] + ":0")
-    assert choose_device(cl).platform.name == first.name
+    assert pick_device().platform.name == first.name
     monkeypatch.setenv("ROLLER_CL_DEVICE", "no-such-platform-xyz")
-    with pytest.raises(ToolchainError, match="no OpenCL platform matches"):
-        choose_device(cl)
+    with pytest.raises(InputError, match="no OpenCL device matches"):
+        pick_device()
 
 
 def test_probe_into_a_missing_folder_fails_before_probing(tmp_path, capsys):

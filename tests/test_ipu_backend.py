@@ -9,7 +9,7 @@ import pytest
 
 from roller.backends import for_hw, get
 from roller.cli.main import main
-from roller.construct import construct
+from roller.construction import construct
 from roller.errors import InputError, ToolchainError
 from roller.hw import load
 from roller.ir import load_op
@@ -23,7 +23,7 @@ no_sdk = pytest.mark.skipif(shutil.which("popc") is not None, reason="the Poplar
 def test_registry_serves_the_ipu_descriptions() -> None:
     for name in ("ipu-gc2", "ipu-gc200"):
         assert for_hw(load(name)) is BACKEND
-    assert BACKEND.name == "poplar" and BACKEND.serves == ("poplar",)
+    assert BACKEND.name == "poplar" and BACKEND.file_ext == "cpp"
 
 
 def test_render_files_and_launch() -> None:

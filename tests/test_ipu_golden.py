@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from roller.backends import get
-from roller.construct import construct
-from roller.construct.rtile import RProgram, RTile, launch_counts
+from roller.construction import construct
+from roller.program import RProgram, RTile, launch_counts
 from roller.hw import load
 from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare

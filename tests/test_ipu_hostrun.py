@@ -17,7 +17,7 @@ import pytest
 import roller
 from roller.backends import Artifact, get
 from roller.backends.ipu_poplar.hostrun import host_run, plan_rows
-from roller.construct import construct
+from roller.construction import construct
 from roller.errors import CompileError
 from roller.hw import load
 from roller.ir import load_ops
@@ -40,6 +40,7 @@ def cases(hw_name: str, ops: list) -> tuple[list, dict]:  # type: ignore[type-ar
     return out, refs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hw_name", ["ipu-gc2", "ipu-gc200"])
 def test_scaled_suite_host_run_matches_reference(tmp_path: Path, hw_name: str) -> None:
     arts, refs = cases(hw_name, SCALED)

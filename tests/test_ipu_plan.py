@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from roller.cli.main import main
-from roller.construct import construct
-from roller.construct.enlarge import Search
-from roller.construct.exchange import exchange_fed, on_device, unit_bytes
+from roller.construction import construct
+from roller.construction.enlarge import Search
+from roller.construction.exchange import exchange_fed, on_device, unit_bytes
 from roller.hw import list_bundled, load
 from roller.ir import load_ops
 from roller.model.traffic import TileGeometry
@@ -210,6 +210,7 @@ def check_plan(doc: dict, expr, hw) -> None:  # type: ignore[no-untyped-def]
         check_reads(doc, expr, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suite", SUITES)
 @pytest.mark.parametrize("hw_name", IPUS)
 def test_build_writes_plans_that_fit_and_cover(built, hw_name: str, suite: str) -> None:

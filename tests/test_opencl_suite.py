@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import roller
 import roller.hw as H
 from roller.backends import get
-from roller.construct import construct
+from roller.construction import construct
 from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
@@ -31,6 +31,7 @@ def run_and_check(op, hw, top: int = 1) -> None:
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{op.name} on {hw.name}: {p.line()}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", H.list_bundled())
 def test_scaled_suite_on_pocl(device: str) -> None:
     hw = H.load(device)
@@ -38,6 +39,7 @@ def test_scaled_suite_on_pocl(device: str) -> None:
         run_and_check(op, hw)
 
 
+@pytest.mark.slow
 def test_top10_candidates_all_correct() -> None:
     """Not just the top-1: every candidate of the top-10 computes the right thing."""
     hw = H.load("v100")
@@ -45,6 +47,7 @@ def test_top10_candidates_all_correct() -> None:
         run_and_check(op, hw, top=10)
 
 
+@pytest.mark.slow
 def test_top10_candidates_all_correct_cpu_vectors() -> None:
     """CPU kernels take the vector path (plan.VecPlan): inside/edge flavors, broadcast, contiguous, windowed
     and gathered reads, views, max/min reductions, elementwise bodies; every top-10 candidate is right."""
@@ -88,6 +91,7 @@ def test_reduce_irregular_shapes(shape: list[int], data, device: str) -> None:  
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(op=st.sampled_from(["depthwise_conv2d", "maxpool2d", "avgpool2d"]), hw_=st.sampled_from([5, 17, 33]),
        k=st.sampled_from([2, 3, 5]), stride=st.sampled_from([1, 2]), pad=st.sampled_from(["SAME", "VALID"]))
+@pytest.mark.slow
 def test_window_irregular_shapes_cpu(op: str, hw_: int, k: int, stride: int, pad: str) -> None:
     """Windows that move with the vector lanes: one vector load inside the image, gathered lanes at borders."""
     spec = {"op": op, "N": 1, "C": 3, "H": hw_, "W": hw_ + 3, "stride": stride, "padding": pad}

@@ -2,23 +2,31 @@
 
 A backend turns an rProgram into source, compiles it, and (where the device is here) runs and times it.
 Backends live in the sub-packages of ``roller.backends``; each defines ``BACKEND``, an instance of a
-``Backend`` subclass. The registry finds them by scanning the package, so the core never names one.
+``Backend`` subclass that declares, once, every fact about it the rest of Roller needs: the description
+``backend`` value it serves, the target pattern those descriptions must match, the settings that change what
+it builds (part of the cache key), the dtypes and matrix instructions it renders, and its toolchain's version.
+The registry finds them by scanning the package, so the core never names one: the hardware loader asks the
+registry which ``backend`` values and targets are valid, construction is handed a backend's matrix
+capabilities as a parameter.
 """
 from __future__ import annotations
 
+import abc
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from roller.errors import InputError
 
 if TYPE_CHECKING:
-    from roller.construct.rtile import RProgram
+    from roller.construction.matrix import MatrixSupport
     from roller.hw import HardwareDesc
+    from roller.program import RProgram
 
 
 @dataclass
@@ -36,40 +44,67 @@ class Artifact:
         return self.files[self.main_file]
 
 
-class Runner:
+class Runner(abc.ABC):
     """A compiled kernel on a device: call it with numpy inputs, time it."""
 
+    @abc.abstractmethod
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-        raise NotImplementedError
+        """Run once on ``inputs`` (in launch.json's argument order); the output array."""
 
+    @abc.abstractmethod
     def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
         """Median kernel time in seconds."""
-        raise NotImplementedError
 
 
-class Backend:
-    name: str = ""
-    #: the ``backend`` values of hardware descriptions this backend serves
-    serves: tuple[str, ...] = ()
-    file_ext: str = ""
-    dtypes: tuple[str, ...] = ("float32",)
+class Backend(abc.ABC):
+    """One code generator and its toolchain. Subclasses declare the class attributes below and implement the
+    abstract methods; nothing outside the subclass restates these facts."""
 
-    def render(self, prog: "RProgram", hw: "HardwareDesc") -> Artifact:
-        raise NotImplementedError
+    #: the backend's name (``--backend NAME``) and the ``backend`` value of the descriptions it serves
+    name: ClassVar[str]
+    #: the file extension of the kernel source it writes
+    file_ext: ClassVar[str]
+    #: a regular expression every description of this backend's ``target`` must match in full, and what that
+    #: looks like in words ("a CUDA target like sm_70")
+    target_pattern: ClassVar[str]
+    target_hint: ClassVar[str]
+    #: element types it renders
+    dtypes: ClassVar[tuple[str, ...]] = ("float32",)
+    #: matrix instructions it renders (construction offers matrix programs for these only)
+    matrix_support: ClassVar[tuple[MatrixSupport, ...]] = ()
+    #: ``parallelism`` keys a description of this backend must give (optional for the others)
+    required_parallelism: ClassVar[tuple[str, ...]] = ()
+    #: environment variables (``roller.settings``) that change what it renders or compiles: part of the
+    #: cache key of every kernel it builds
+    cache_env: ClassVar[tuple[str, ...]] = ()
+    #: True when kernels of every description can run through it on a CPU here (shown in hints)
+    runs_any_description: ClassVar[bool] = False
 
+    @abc.abstractmethod
+    def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
+        """The files and launch description of ``prog`` on ``hw``."""
+
+    @abc.abstractmethod
     def can_run_here(self) -> bool:
         """True when a device of this backend is present on this machine."""
-        return False
 
     def why_not_here(self) -> str:
         return f"no {self.name} device on this machine"
 
-    def compile(self, art: Artifact, hw: "HardwareDesc", workdir: Path | None = None) -> Runner:
-        raise NotImplementedError
+    def toolchain_version(self) -> str:
+        """What compiles the kernels here (part of the cache key); ``none`` where nothing can."""
+        return "none"
 
-    def check_compiles(self, art: Artifact, hw: "HardwareDesc", workdir: Path) -> dict[str, Any]:
+    @abc.abstractmethod
+    def compile(self, art: Artifact, hw: HardwareDesc, workdir: Path | None = None) -> Runner:
+        """The kernel compiled for this machine's device."""
+
+    @abc.abstractmethod
+    def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         """Compile without running (for devices absent here); returns resource usage."""
-        raise NotImplementedError
+
+    def matches_target(self, target: str) -> bool:
+        return re.fullmatch(self.target_pattern, target) is not None
 
 
 def _discover() -> dict[str, Backend]:
@@ -107,11 +142,31 @@ def get(name: str) -> Backend:
     return reg[name]
 
 
-def for_hw(hw: "HardwareDesc", name: str | None = None) -> Backend:
+def for_hw(hw: HardwareDesc, name: str | None = None) -> Backend:
     """The backend named, or the one serving the description's ``backend`` field."""
     if name:
         return get(name)
-    for b in registry().values():
-        if hw.backend in b.serves:
-            return b
-    raise InputError(f"no backend serves {hw.backend!r} (description {hw.name})", field="backend")
+    found = registry().get(hw.backend)
+    if found is None:
+        raise InputError(f"no backend serves {hw.backend!r} (description {hw.name})", field="backend")
+    return found
+
+
+def schema_rules() -> tuple[list[str], list[dict[str, Any]]]:
+    """What the JSON schema for editors (roller/hwdesc/schema.json) says about backends, derived from the
+    declarations: the ``backend`` values, and per backend an ``if``/``then`` rule on the target and the
+    parallelism keys it requires. ``scripts/update_schema.py`` writes these into the file; a test checks it."""
+    rules: list[dict[str, Any]] = []
+    for b in sorted(registry().values(), key=lambda b: b.name):
+        then: dict[str, Any] = {"target": {"pattern": f"^(?:{b.target_pattern})$"}}
+        if b.required_parallelism:
+            then["parallelism"] = {"required": list(b.required_parallelism)}
+        rules.append({"$comment": f"backend {b.name}", "if": {"properties": {"backend": {"const": b.name}},
+                                                              "required": ["backend"]},
+                      "then": {"properties": then}})
+    return names(), rules
+
+
+def runs_here_instead() -> list[str]:
+    """Backends that run any description's kernels on this machine's CPU (for hints)."""
+    return [b.name for b in registry().values() if b.runs_any_description]

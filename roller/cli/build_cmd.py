@@ -9,13 +9,15 @@ is built into a temporary folder next to DIR first and renamed into place only w
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from roller.errors import InputError
 
@@ -133,11 +135,13 @@ def table(progs: list, measured: list[float | None] | None = None) -> list[str]:
 # -- build --------------------------------------------------------------------------------------------------------
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from roller.construct import construct
+    from roller.construction import construct as construct_programs
 
     if args.dry_run and args.evaluate:
         raise InputError("--dry-run constructs only and --eval compiles and runs: give one of them")
     hwd, be, ops = setup(args, need_backend=not args.dry_run)
+    # Matrix-instruction programs only where the backend that renders them has them.
+    construct = functools.partial(construct_programs, matrix=be.matrix_support if be is not None else ())
     if args.evaluate:
         from roller.evaluate import require_device
 

@@ -164,7 +164,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from roller.hw import probe
+    from roller.backends.opencl import probe
 
     out = args.output
     if out != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(out))):

@@ -64,10 +64,10 @@ def backend_for(hw: HardwareDesc) -> tuple[Any, str]:
 def build_entry(op: TensorExpr, hw: HardwareDesc, top_k: int, backend: Any, codegen: bool,
                 kernels_dir: Path | None) -> dict[str, Any]:
     """The result record of ``op`` on ``hw``: the model's top-1 rProgram and its code generation."""
-    from roller.construct import construct
+    from roller.construction import construct
 
     t0 = time.perf_counter()
-    progs = construct(op, hw, top_k=top_k)
+    progs = construct(op, hw, top_k=top_k, matrix=backend.matrix_support if backend is not None else ())
     construction_ms = (time.perf_counter() - t0) * 1e3
     prog = progs[0]
     doc = prog.to_json()

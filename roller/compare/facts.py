@@ -2,25 +2,25 @@
 chosen rProgram (how close it sits to each limit). ``roller.compare.why`` turns them into sentences.
 
 Everything here is computed from the description and the rProgram with the same rules construction uses
-(``roller.construct.align``), so an explanation names the rule that actually applied.
+(``roller.construction.align``), so an explanation names the rule that actually applied.
 """
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
-from roller.construct.align import transaction_alignment, warp_multiple
+from roller.construction.align import transaction_alignment, warp_multiple
 from roller.model.traffic import TileGeometry
 
 if TYPE_CHECKING:
-    from roller.construct.rtile import RProgram
     from roller.hw import HardwareDesc
+    from roller.program import RProgram
 
 
 def device_facts(hw: HardwareDesc) -> dict[str, Any]:
     """What the description imposes on tiles: warp and scheduling unit, transaction size of the layer blocks
     load from, the block layer's capacity, register limits, units, and the compute/bandwidth balance."""
-    from roller.construct import levels
+    from roller.construction import levels
 
     block_level, thread_level = levels(hw)
     outer = hw.memory[block_level]

@@ -191,7 +191,7 @@ def comparable(m: Measurement, hw_backend: str) -> bool:
         be = registry().get(m.backend)
     except Exception:  # noqa: BLE001 - a broken backend package only loses this check
         return False
-    return be is not None and hw_backend in be.serves
+    return be is not None and hw_backend == be.name
 
 
 def attach(entries: list[dict[str, Any]], measurements: list[Measurement], backends: dict[str, str]

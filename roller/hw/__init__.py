@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from roller.hw.desc import (
-    BACKENDS,
     DTYPES,
     SCOPES,
     Calibration,
@@ -31,10 +30,9 @@ from roller.hw.loader import (
     parse_size,
 )
 
-SCHEMA_PATH = BUNDLED_DIR.parent / "hw" / "schema.json"
+SCHEMA_PATH = BUNDLED_DIR / "schema.json"
 
 __all__ = [
-    "BACKENDS",
     "BUNDLED_DIR",
     "DTYPES",
     "SCHEMA_PATH",

@@ -13,11 +13,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from roller import dtypes
 from roller.errors import InputError
 
 SCOPES = ("device", "cache", "block", "thread")
-BACKENDS = ("cuda", "hip", "opencl", "poplar")
-DTYPES = ("float64", "float32", "float16", "bfloat16", "int8")
+DTYPES = tuple(dtypes.DTYPES)
 
 
 class FrozenDict(dict):
@@ -154,8 +154,8 @@ class Calibration:
 class HardwareDesc:
     name: str
     vendor: str
-    backend: str                    # cuda | hip | opencl | poplar
-    target: str                     # sm_90, gfx906, ipu2, pocl-cpu ...
+    backend: str                    # the backend that renders its programs (a roller.backends declaration)
+    target: str                     # what that backend compiles for (its target_pattern)
     memory: tuple[MemoryLayer, ...]             # outermost first, len >= 2
     parallelism: Parallelism
     compute: Mapping[str, DtypeCompute]         # keyed by dtype name (a read-only dict)

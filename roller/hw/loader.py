@@ -19,7 +19,6 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from roller.errors import InputError
 from roller.hw.desc import (
-    BACKENDS,
     DTYPES,
     SCOPES,
     Calibration,
@@ -37,7 +36,7 @@ BUNDLED_DIR = Path(__file__).resolve().parent.parent / "hwdesc"
 OVERRIDE = "--set"   # marks a key path whose value came from a --set override
 
 
-TOP_KEYS = ("name", "vendor", "backend", "target", "notes", "memory", "parallelism", "compute",
+TOP_KEYS = ("extends", "name", "vendor", "backend", "target", "notes", "memory", "parallelism", "compute",
             "matrix_instructions", "calibration")
 TOP_REQUIRED = ("name", "vendor", "backend", "target", "memory", "parallelism", "compute")
 LAYER_KEYS = ("name", "scope", "capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
@@ -60,12 +59,6 @@ PAR_KEYS = ("compute_units", "sub_partitions", "warp_size", "max_threads_per_blo
             "max_blocks_per_unit", "registers_per_unit", "max_registers_per_thread", "register_tile_budget",
             "hardware_threads_per_unit")
 PAR_REQUIRED = PAR_KEYS[:-1]
-TARGET_PATTERNS = {
-    "cuda": (r"sm_\d+[a-z]?", "a CUDA target like sm_70"),
-    "hip": (r"gfx[0-9a-f]+", "an AMD target like gfx906"),
-    "poplar": (r"ipu\d+", "an IPU target like ipu2"),
-    "opencl": (r"[A-Za-z0-9][A-Za-z0-9_.+-]*", "an OpenCL target name like pocl-cpu"),
-}
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
@@ -186,6 +179,9 @@ def parse_overrides(items: Iterable[str] | None) -> dict[str, str]:
 # YAML -> plain data + line of every key path
 
 class _Doc:
+    """Where each key path of a description came from: a line of this file (int), of a file it extends
+    ((file, line)), or a --set override (OVERRIDE)."""
+
     def __init__(self, display: str) -> None:
         self.display = display
         self.lines: dict[tuple, Any] = {}
@@ -196,6 +192,8 @@ class _Doc:
             mark = self.lines.get(p)
             if mark == OVERRIDE:
                 return OVERRIDE, None
+            if isinstance(mark, tuple):
+                return mark
             if mark is not None:
                 return self.display, mark
             if not p:
@@ -260,6 +258,106 @@ def _to_data(node: Any, path: tuple, doc: _Doc, constructor: yaml.SafeLoader, ac
         mark = err.problem_mark or err.context_mark
         raise InputError(f"invalid YAML: {err.problem or err.context}", source=doc.display,
                          line=mark.line + 1 if mark else line) from None
+
+
+# --------------------------------------------------------------------------------------------------------
+# extends: a description as another one with some values changed
+
+#: how many descriptions one may stack with ``extends`` (a chain longer than this is a mistake, or a loop)
+MAX_EXTENDS = 8
+
+
+def _extend(data: Any, doc: _Doc, base_dir: Path, chain: tuple[str, ...]) -> Any:
+    """``data`` merged over the description its ``extends`` names (resolved as a bundled name, or a path
+    relative to ``base_dir``): mappings merge key by key, lists of named entries (memory layers, matrix
+    instructions) entry by entry by name, anything else is replaced. ``doc.lines`` then says, for every
+    key path, which file and line its value came from."""
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    ref = data["extends"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise doc.fail(("extends",), f"expected the name or path of a description, got {show(ref)}")
+    if len(chain) >= MAX_EXTENDS:
+        raise doc.fail(("extends",), f"expected at most {MAX_EXTENDS} descriptions extending one another, got "
+                                     f"{' -> '.join(chain)}")
+    near = base_dir / ref
+    path, display = (near, _display(near)) if near.is_file() else _resolve_or_fail(ref, doc)
+    key = str(path.resolve())
+    if key in chain:
+        raise doc.fail(("extends",), f"expected no loop of extends, got {' -> '.join((*chain, key))}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise doc.fail(("extends",), f"cannot read {display}: {err}") from None
+    base_doc = _Doc(display)
+    base = _extend(_compose(text, base_doc), base_doc, path.parent, (*chain, key))
+    if not isinstance(base, dict):
+        raise doc.fail(("extends",), f"{display} is not a description mapping")
+    if "name" not in data:
+        raise doc.fail((), "missing key 'name' (a description that extends another needs a name of its own)")
+    merged_lines: dict[tuple, Any] = {(): doc.lines.get(())}
+    own = {k: v for k, v in data.items() if k != "extends"}
+    merged = _merge(base, (), base_doc, own, (), doc, (), merged_lines)
+    doc.lines = merged_lines
+    return merged
+
+
+def _resolve_or_fail(ref: str, doc: _Doc) -> tuple[Path, str]:
+    try:
+        return resolve(ref)
+    except InputError as err:
+        raise doc.fail(("extends",), err.bare) from None
+
+
+def _copy_lines(src: _Doc, src_path: tuple, dst_path: tuple, out: dict[tuple, Any]) -> None:
+    for p, mark in src.lines.items():
+        if p[:len(src_path)] == src_path:
+            out[dst_path + p[len(src_path):]] = mark if isinstance(mark, tuple) or mark == OVERRIDE \
+                else (src.display, mark)
+
+
+def _named(items: Any) -> bool:
+    return isinstance(items, list) and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items)
+
+
+def _merge(base: Any, bpath: tuple, bdoc: _Doc, over: Any, opath: tuple, odoc: _Doc, dst: tuple,
+           lines: dict[tuple, Any]) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out: dict[str, Any] = {}
+        for k in list(base) + [k for k in over if k not in base]:
+            if k in over and k in base:
+                lines[dst + (k,)] = (odoc.display, odoc.lines.get(opath + (k,)))
+                out[k] = _merge(base[k], bpath + (k,), bdoc, over[k], opath + (k,), odoc, dst + (k,), lines)
+            elif k in over:
+                _copy_lines(odoc, opath + (k,), dst + (k,), lines)
+                out[k] = over[k]
+            else:
+                _copy_lines(bdoc, bpath + (k,), dst + (k,), lines)
+                out[k] = base[k]
+        return out
+    if _named(base) and _named(over):
+        index = {item["name"]: i for i, item in enumerate(base)}
+        result: list[Any] = []
+        taken: dict[int, int] = {}   # base index -> over index
+        for j, item in enumerate(over):
+            if item["name"] in index:
+                taken[index[item["name"]]] = j
+        for i, item in enumerate(base):
+            d = dst + (len(result),)
+            if i in taken:
+                j = taken[i]
+                lines[d] = (odoc.display, odoc.lines.get(opath + (j,)))
+                result.append(_merge(item, bpath + (i,), bdoc, over[j], opath + (j,), odoc, d, lines))
+            else:
+                _copy_lines(bdoc, bpath + (i,), d, lines)
+                result.append(item)
+        for j, item in enumerate(over):
+            if j not in taken.values():
+                _copy_lines(odoc, opath + (j,), dst + (len(result),), lines)
+                result.append(item)
+        return result
+    _copy_lines(odoc, opath, dst, lines)
+    return over
 
 
 def _apply_overrides(data: Any, overrides: Mapping[str, Any], doc: _Doc) -> None:
@@ -369,17 +467,21 @@ class _Checker:
         self.mapping(data, (), TOP_KEYS, TOP_REQUIRED)
         name = self.string(data["name"], ("name",), NAME_RE, "a name of letters, digits, '-', '_' or '.'")
         vendor = self.string(data["vendor"], ("vendor",))
-        backend = self.choice(data["backend"], ("backend",), BACKENDS)
+        # The backends declare which descriptions they serve and what their targets look like.
+        from roller.backends import registry
+
+        backends = registry()
+        backend = self.choice(data["backend"], ("backend",), tuple(sorted(backends)))
         target = self.string(data["target"], ("target",))
-        pattern, what = TARGET_PATTERNS[backend]
-        if not re.fullmatch(pattern, target):
-            raise self.fail(("target",), f"expected {what} for backend {backend!r}, got {show(target)}")
+        if not backends[backend].matches_target(target):
+            raise self.fail(("target",), f"expected {backends[backend].target_hint} for backend {backend!r}, "
+                                         f"got {show(target)}")
         notes = data.get("notes")
         if notes is None:
             notes = ""
         elif not isinstance(notes, str):
             raise self.fail(("notes",), f"expected a string, got {show(notes)}")
-        par = self.parallelism(data["parallelism"], backend)
+        par = self.parallelism(data["parallelism"], backend, backends[backend].required_parallelism)
         memory = self.memory(data["memory"], par)
         compute = self.compute(data["compute"])
         mis = self.matrix_instructions(data.get("matrix_instructions"), compute)
@@ -512,13 +614,14 @@ class _Checker:
                            bandwidth_peak_gbps=peak, bandwidth_effective_gbps=eff,
                            transaction_bytes=transaction, line_bytes=line, banks=banks, bank_width_bytes=width)
 
-    def parallelism(self, value: Any, backend: str) -> Parallelism:
+    def parallelism(self, value: Any, backend: str, required: tuple[str, ...]) -> Parallelism:
         path: tuple = ("parallelism",)
         self.mapping(value, path, PAR_KEYS, PAR_REQUIRED)
         v = {key: self.pos_int(value[key], path + (key,)) for key in PAR_REQUIRED}
+        for key in required:
+            if value.get(key) is None:
+                raise self.fail(path, f"missing key {key!r} (required for backend {backend!r})")
         hw_threads = value.get("hardware_threads_per_unit")
-        if hw_threads is None and backend == "poplar":
-            raise self.fail(path, "missing key 'hardware_threads_per_unit' (required for backend 'poplar')")
         if hw_threads is not None:
             hw_threads = self.pos_int(hw_threads, path + ("hardware_threads_per_unit",))
         warp = v["warp_size"]
@@ -656,16 +759,18 @@ def load(name_or_path: str | os.PathLike, overrides: Mapping[str, Any] | None = 
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read: {err}", source=display) from None
-    desc = load_text(text, display, overrides)
+    desc = load_text(text, display, overrides, base_dir=path.parent)
     if key is not None:
         _CACHE[key] = desc
     return desc
 
 
-def load_text(text: str, source: str = "<string>", overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
-    """Check YAML text as a hardware description; ``source`` is the name used in messages."""
+def load_text(text: str, source: str = "<string>", overrides: Mapping[str, Any] | None = None,
+              base_dir: Path | None = None) -> HardwareDesc:
+    """Check YAML text as a hardware description; ``source`` is the name used in messages, ``base_dir`` the
+    folder an ``extends`` path is relative to (default: the current folder)."""
     doc = _Doc(source)
-    data = _compose(text, doc)
+    data = _extend(_compose(text, doc), doc, base_dir or Path.cwd(), ())
     if overrides:
         if not isinstance(data, dict):
             raise InputError(f"expected a mapping at the top level, got {show(data)}", source=source,

@@ -22,7 +22,7 @@ class Where:
     source: str | None = None  # file path, or None for an in-memory op
     field: str = ""  # e.g. "ops[2]"
 
-    def at(self, sub: str) -> "Where":
+    def at(self, sub: str) -> Where:
         if not self.field:
             return Where(self.source, sub)
         return Where(self.source, f"{self.field}.{sub}" if not sub.startswith("[") else self.field + sub)

@@ -5,8 +5,8 @@ construction engine makes (data-tile extents, strides, padding) is exact for the
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Union
 
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs")
 BINARY_FUNCS = ("max", "min")
@@ -22,7 +22,7 @@ class Affine:
     const: int = 0
 
     @staticmethod
-    def of(coefs: Mapping[str, int], const: int = 0) -> "Affine":
+    def of(coefs: Mapping[str, int], const: int = 0) -> Affine:
         return Affine(tuple((a, c) for a, c in coefs.items() if c != 0), const)
 
     def _key(self) -> tuple:
@@ -35,7 +35,7 @@ class Affine:
         return hash(self._key())
 
     @staticmethod
-    def axis(name: str) -> "Affine":
+    def axis(name: str) -> Affine:
         return Affine(((name, 1),), 0)
 
     @property
@@ -63,16 +63,16 @@ class Affine:
     def evaluate(self, values: Mapping[str, int]) -> int:
         return self.const + sum(c * values[a] for a, c in self.terms)
 
-    def __add__(self, other: "Affine") -> "Affine":
+    def __add__(self, other: Affine) -> Affine:
         coefs = self.coefs
         for a, c in other.terms:
             coefs[a] = coefs.get(a, 0) + c
         return Affine.of(coefs, self.const + other.const)
 
-    def scale(self, k: int) -> "Affine":
+    def scale(self, k: int) -> Affine:
         return Affine.of({a: c * k for a, c in self.terms}, self.const * k)
 
-    def rename(self, mapping: Mapping[str, str]) -> "Affine":
+    def rename(self, mapping: Mapping[str, str]) -> Affine:
         return Affine.of({mapping.get(a, a): c for a, c in self.terms}, self.const)
 
     def __str__(self) -> str:
@@ -117,7 +117,7 @@ class Read:
 @dataclass(frozen=True)
 class Call:
     fn: str
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
 
     def __str__(self) -> str:
         return f"{self.fn}({', '.join(str(a) for a in self.args)})"
@@ -126,8 +126,8 @@ class Call:
 @dataclass(frozen=True)
 class BinOp:
     op: str  # + - * /
-    lhs: "Expr"
-    rhs: "Expr"
+    lhs: Expr
+    rhs: Expr
 
     def __str__(self) -> str:
         prec = _PREC[self.op]
@@ -138,13 +138,13 @@ class BinOp:
 
 @dataclass(frozen=True)
 class Neg:
-    x: "Expr"
+    x: Expr
 
     def __str__(self) -> str:
         return f"-{_wrap(self.x, 3, right=True)}"
 
 
-Expr = Union[Const, Read, Call, BinOp, Neg]
+Expr = Const | Read | Call | BinOp | Neg
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 
 from roller.ir.expr import Affine, Read, map_reads
-from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr, View
+from roller.ir.tensor_expr import Axis, Preparation, TensorDecl, TensorExpr, View
 
 
 def regroup(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
@@ -68,7 +68,8 @@ def regroup(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
     out_order = [gname[g[0]] for g in _dims_groups(out)]
     new_axes.sort(key=lambda a: (a.reduce, out_order.index(a.name) if a.name in out_order else len(out_order)))
     return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
-                   axes=tuple(new_axes), body=body, source=expr.source or expr)
+                   axes=tuple(new_axes), body=body, source=expr.source or expr,
+                   preparation=Preparation("regroup", tuple(tuple(g) for g in groups)))
 
 
 def _dims_groups(t: TensorDecl) -> list[list[str]]:
@@ -112,6 +113,10 @@ def fuse_axes(expr: TensorExpr) -> TensorExpr:
     groups = fusible_groups(expr)
     if not groups:
         return expr
+    return _fuse(expr, groups)
+
+
+def _fuse(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
     ext = expr.extents
     gname = {}
     for g in groups:
@@ -147,7 +152,8 @@ def fuse_axes(expr: TensorExpr) -> TensorExpr:
         else:
             axes.append(a)
     return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
-                   axes=tuple(axes), body=body, source=expr.source or expr)
+                   axes=tuple(axes), body=body, source=expr.source or expr,
+                   preparation=Preparation("fuse", tuple(tuple(g) for g in groups)))
 
 
 def implicit_gemm(expr: TensorExpr) -> TensorExpr:
@@ -169,3 +175,20 @@ def prepare(expr: TensorExpr, gemm_conv: bool = True) -> TensorExpr:
     if expr.source is not None:
         return expr
     return implicit_gemm(expr) if gemm_conv else fuse_axes(expr)
+
+
+def reprepare(src: TensorExpr, prep: Preparation | None) -> TensorExpr:
+    """``src`` in the form a stored rProgram recorded (``RProgram.to_json``): the same fusion applied again,
+    not decided again, so a program built for any description reloads onto the expression it was built for.
+    ValueError when the recorded groups do not name ``src``'s axes."""
+    if prep is None:
+        return src
+    names = {a.name for a in src.axes}
+    groups = [list(g) for g in prep.groups]
+    if not groups or any(a not in names for g in groups for a in g):
+        raise ValueError(f"recorded preparation {prep.kind} {groups} does not match the axes of {src.name}")
+    if prep.kind == "regroup":
+        return regroup(src, groups)
+    if prep.kind == "fuse":
+        return _fuse(src, groups)
+    raise ValueError(f"unknown preparation {prep.kind!r}")

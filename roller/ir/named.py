@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from roller.ir.build import Where
 from roller.ir.expr import BINARY_FUNCS, UNARY_FUNCS
@@ -221,7 +222,7 @@ def _elementwise(p: _Params) -> Expansion:
     elif fn in BINARY_FUNCS:
         body = f"{fn}({reads[0]}, {reads[1]})"
     else:
-        body = f"{reads[0]} {dict(add='+', sub='-', mul='*', div='/')[fn]} {reads[1]}"
+        body = f"{reads[0]} { {'add': '+', 'sub': '-', 'mul': '*', 'div': '/'}[fn]} {reads[1]}"
     return Expansion(f"{out_name}[{','.join(names)}] = {body}", {**shapes, out_name: out}, {})
 
 

@@ -9,20 +9,7 @@ _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
 # C11 + C++ keywords that OpenCL C, CUDA, HIP and Poplar's C++ all reserve, plus the address-space and
 # qualifier words of OpenCL/CUDA and names the generated code itself uses.
-RESERVED = frozenset("""
-auto break case char const continue default do double else enum extern float for goto if inline int long
-register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
-bool true false class delete new namespace operator private protected public template this throw try catch
-virtual friend using typename explicit mutable static_cast dynamic_cast const_cast reinterpret_cast
-constexpr decltype noexcept nullptr alignas alignof char16_t char32_t thread_local static_assert export
-half float2 float4 float8 float16 int2 int4 uint uchar ushort ulong size_t ptrdiff_t
-kernel __kernel global __global local __local constant __constant private __private read_only write_only
-image2d_t image3d_t sampler_t event_t
-__device__ __global__ __shared__ __host__ __constant__ __restrict__ threadIdx blockIdx blockDim gridDim
-warpSize dim3 main
-get_global_id get_local_id get_group_id get_local_size barrier
-poplar Vertex MultiVertex Input Output InOut Vector compute
-""".split()) | frozenset(FUNCS) | frozenset({"inf", "nan", "INFINITY", "NAN", "pow", "fma", "mad"})
+RESERVED = frozenset(["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "class", "delete", "new", "namespace", "operator", "private", "protected", "public", "template", "this", "throw", "try", "catch", "virtual", "friend", "using", "typename", "explicit", "mutable", "static_cast", "dynamic_cast", "const_cast", "reinterpret_cast", "constexpr", "decltype", "noexcept", "nullptr", "alignas", "alignof", "char16_t", "char32_t", "thread_local", "static_assert", "export", "half", "float2", "float4", "float8", "float16", "int2", "int4", "uint", "uchar", "ushort", "ulong", "size_t", "ptrdiff_t", "kernel", "__kernel", "global", "__global", "local", "__local", "constant", "__constant", "private", "__private", "read_only", "write_only", "image2d_t", "image3d_t", "sampler_t", "event_t", "__device__", "__global__", "__shared__", "__host__", "__constant__", "__restrict__", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "main", "get_global_id", "get_local_id", "get_group_id", "get_local_size", "barrier", "poplar", "Vertex", "MultiVertex", "Input", "Output", "InOut", "Vector", "compute"]) | frozenset(FUNCS) | frozenset({"inf", "nan", "INFINITY", "NAN", "pow", "fma", "mad"})
 
 
 def check_identifier(name: object) -> str | None:

@@ -5,17 +5,17 @@ import difflib
 import json
 import os
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from roller.errors import InputError
 from roller.ir.build import Where, build_expr
-from roller.ir.names import check_identifier
 from roller.ir.named import expand
+from roller.ir.names import check_identifier
 from roller.ir.tensor_expr import TensorExpr
 
 _GENERIC_FIELDS = {"name", "expr", "shapes", "dtype", "dtypes", "pad_value", "extents", "comment"}
 
-OpLike = Union[str, os.PathLike, dict, TensorExpr]
+OpLike = str | os.PathLike | dict | TensorExpr
 
 
 def load_ops(src: OpLike) -> list[TensorExpr]:
@@ -51,7 +51,7 @@ def parse_ops(doc: Any, source: str | None) -> list[TensorExpr]:
     if isinstance(doc, dict) and "ops" in doc:
         extra = set(doc) - {"ops", "comment"}
         if extra:
-            raise root.at(sorted(extra)[0]).error("unknown top-level field; expected 'ops'")
+            raise root.at(min(extra)).error("unknown top-level field; expected 'ops'")
         items = doc["ops"]
         if not isinstance(items, list) or not items:
             raise root.at("ops").error(f"expected a non-empty list of ops, got {items!r}")

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
+from roller.dtypes import DTYPES, OP_DTYPES
 from roller.ir.expr import Affine, Expr, Read, flop_count, reads
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {name: DTYPES[name].itemsize for name in OP_DTYPES}
 REDUCE_OPS = {"+=": "sum", "max=": "max", "min=": "min", "=": None}
 ASSIGN_OF = {v: k for k, v in REDUCE_OPS.items()}
 
@@ -44,6 +45,30 @@ class View:
             return False
         return all(idx.plain_axis() == ax and self.source_shape[i] == ext
                    for i, ((ax, ext), idx) in enumerate(zip(flat, self.index)))
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """How construction's form of an op was derived from the op as written (``roller.ir.fuse``): the axis
+    groups fused, by a plain reshape of every tensor (``fuse``) or through views that gather (``regroup``,
+    the implicit GEMM of a convolution)."""
+
+    kind: str  # "fuse" | "regroup"
+    groups: tuple[tuple[str, ...], ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "groups": [list(g) for g in self.groups]}
+
+    @staticmethod
+    def from_json(doc: object) -> Preparation | None:
+        """The recorded preparation; None for ``null``; ValueError for anything else malformed."""
+        if doc is None:
+            return None
+        if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str) or \
+                not isinstance(doc.get("groups"), list) or \
+                not all(isinstance(g, list) and all(isinstance(a, str) for a in g) for g in doc["groups"]):
+            raise ValueError(f"bad preparation record {doc!r}")
+        return Preparation(doc["kind"], tuple(tuple(g) for g in doc["groups"]))
 
 
 @dataclass(frozen=True)
@@ -83,7 +108,8 @@ class TensorExpr:
     pad_value: float = 0.0
     acc_dtype: str = "float32"
     params: tuple[tuple[str, object], ...] = ()
-    source: "TensorExpr | None" = field(default=None, compare=False)
+    source: TensorExpr | None = field(default=None, compare=False)
+    preparation: Preparation | None = field(default=None, compare=False)  # how ``source`` became this form
 
     # ---- axes -------------------------------------------------------------------------------------
     @property
@@ -210,7 +236,7 @@ class TensorExpr:
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
-    def with_name(self, name: str) -> "TensorExpr":
+    def with_name(self, name: str) -> TensorExpr:
         return replace(self, name=name)
 
 

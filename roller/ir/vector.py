@@ -2,7 +2,7 @@
 lowering (roller/backends/c_family/plan.py), the probe's register-tile kernels and the model's edge term."""
 from __future__ import annotations
 
-VECTOR_WIDTHS = (16, 8, 4, 2)  # OpenCL C vector sizes (3 is padded to 4 in memory: not useful here)
+VECTOR_WIDTHS = (16, 8, 4, 2)  # the C-family vector types' sizes (3 is padded to 4 in memory: not useful here)
 
 
 def vector_width(run: int) -> int:

@@ -10,10 +10,10 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from roller.construct.rtile import Prediction
 from roller.hw import HardwareDesc
 from roller.ir.vector import vector_width
 from roller.model.traffic import TileGeometry
+from roller.program import Prediction
 
 # A scheduler (sub-partition) hides latency by switching between resident warps; with fewer than this many
 # warps per scheduler it idles while loads are in flight. Two is the least that lets one warp compute while
@@ -46,6 +46,18 @@ def matrix_registers_per_thread(geo: TileGeometry, warp_tile: tuple[int, ...], s
     acc = -(-geo.output_elems(warp_tile) // lanes)
     frags = sum(-(-math.prod(geo.region(t, step)) * t.itemsize // (4 * lanes)) for t in geo.inputs)
     return acc + frags + REGISTER_OVERHEAD
+
+
+def register_cap(threads: int, hw: HardwareDesc) -> int:
+    """32-bit registers one thread may use when a block of ``threads`` is resident: the block's warps share the
+    schedulers (SIMDs) of one unit, each scheduler's register file split among its warps, and no more than a
+    thread can address."""
+    par = hw.parallelism
+    subs = max(1, par.sub_partitions)
+    warps = -(-threads // par.warp_size)
+    warps_per_sub = -(-warps // subs)
+    share = par.registers_per_unit // subs // par.warp_size
+    return min(share // warps_per_sub, par.max_registers_per_thread)
 
 
 def resources(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], ...], block_level: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from roller.backends.c_family.plan import KernelPlan
-from roller.construct.rtile import RProgram
+from roller.program import RProgram
 
 
 def launch_json(prog: RProgram, plan: KernelPlan, backend: str) -> dict[str, Any]:

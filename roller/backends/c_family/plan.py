@@ -16,10 +16,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from roller.construct.rtile import RProgram
 from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.ir.vector import vector_width
+from roller.program import RProgram
 
 
 @dataclass(frozen=True)

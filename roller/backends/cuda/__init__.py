@@ -14,10 +14,11 @@ from roller.backends import Artifact, Backend, Runner
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, KernelPlan, lower
 from roller.backends.c_family.render import render
+from roller.construction.matrix import MatrixSupport
 
 if TYPE_CHECKING:
-    from roller.construct.rtile import RProgram
     from roller.hw import HardwareDesc
+    from roller.program import RProgram
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: bytes of static shared memory a block may declare; more must be dynamic, with the opt-in attribute
@@ -55,9 +56,15 @@ def _ctype_bytes(ctype: str) -> int:
 
 class CudaBackend(Backend):
     name = "cuda"
-    serves = ("cuda",)
     file_ext = "cu"
+    target_pattern = r"sm_\d+[a-z]?"
+    target_hint = "a CUDA target like sm_70"
     dtypes = ("float32", "float16", "bfloat16")
+    # The wmma fragment path (matrix.py, the template's wmma branch) for the square 16x16x16 shape, which
+    # every NVIDIA part since Volta has for float16 and every one since Ampere for bfloat16.
+    matrix_support = (MatrixSupport("wmma", "float16", (16, 16, 16)),
+                      MatrixSupport("wmma", "bfloat16", (16, 16, 16)))
+    cache_env = ("ROLLER_CUDA_COMPILER",)
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         from roller.backends.cuda.matrix import matrix_plan

@@ -28,7 +28,7 @@ from typing import Any
 
 from roller.backends.cuda import BACKEND, STATIC_SMEM_LIMIT
 from roller.backends.cuda.toolchain import UnitResult, Usage, compile_units
-from roller.construct import construct
+from roller.construction import construct
 from roller.hw import HardwareDesc
 from roller.ir import load_ops
 
@@ -81,7 +81,7 @@ def build_unit(name: str, ops: list, hw: HardwareDesc) -> Unit:
     unit = Unit(name, hw, "")
     sources = []
     for op in ops:
-        prog = construct(op, hw, top_k=1)[0]
+        prog = construct(op, hw, top_k=1, matrix=BACKEND.matrix_support)[0]
         art = BACKEND.render(prog, hw)
         sources.append(art.source)
         pred = prog.prediction
@@ -94,17 +94,16 @@ def build_unit(name: str, ops: list, hw: HardwareDesc) -> Unit:
 
 def _model_smem(prog: Any) -> int:
     """The model's shared memory of the chosen program (what ``resources`` gave construction)."""
-    from roller.construct.matrix import applies, scratch_bytes
+    from roller.construction.matrix import FAMILIES, scratch_bytes
     from roller.model.traffic import TileGeometry
 
     geo = TileGeometry(prog.expr)
     if prog.scopes[prog.block_level + 1] != "block" or not prog.expr.reduce_axes:
         return 0
     smem = geo.footprint(prog.block_tile.shape, dict(prog.block_tile.storage_padding))
-    if prog.use_matrix:
-        found = applies(prog.expr, _hw(prog.hw_name))
-        assert found is not None
-        smem += scratch_bytes(found[1], prog.block // _hw(prog.hw_name).parallelism.warp_size)
+    if prog.matrix is not None:
+        warps = prog.block // _hw(prog.hw_name).parallelism.warp_size
+        smem += scratch_bytes(FAMILIES[prog.matrix.family], prog.matrix.shape, warps)
     return smem
 
 

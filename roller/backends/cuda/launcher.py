@@ -19,9 +19,8 @@ import numpy as np
 
 from roller.backends import Artifact, Runner
 from roller.backends.cuda import toolchain
+from roller.dtypes import dtype
 from roller.errors import CompileError, ToolchainError
-
-NP_DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
 def _cupy():  # type: ignore[no-untyped-def]
@@ -90,12 +89,11 @@ class CudaRunner(Runner):
     def upload(self, inputs: list[np.ndarray]) -> list[Any]:
         """Device copies of the inputs, in the kernel's element types."""
         cp = self.cp
-        return [cp.asarray(np.ascontiguousarray(a, dtype=NP_DTYPES[spec["dtype"]]))
-                for spec, a in zip(self.args[:-1], inputs)]
+        return [cp.asarray(dtype(spec["dtype"]).to_storage(a)) for spec, a in zip(self.args[:-1], inputs)]
 
     def alloc_output(self) -> Any:
         spec = self.args[-1]
-        return self.cp.empty(tuple(spec["shape"]), dtype=NP_DTYPES[spec["dtype"]])
+        return self.cp.empty(tuple(spec["shape"]), dtype=dtype(spec["dtype"]).storage)
 
     def launch(self, dev_inputs: list[Any], dev_out: Any) -> None:
         self.kernel(self.grid, self.block, (*dev_inputs, dev_out), shared_mem=self.dyn)
@@ -104,7 +102,7 @@ class CudaRunner(Runner):
         dev = self.upload(inputs)
         y = self.alloc_output()
         self.launch(dev, y)
-        host = self.cp.asnumpy(y)
+        host = dtype(self.args[-1]["dtype"]).from_storage(self.cp.asnumpy(y))
         if out is not None:
             out[...] = host
             return out

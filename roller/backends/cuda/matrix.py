@@ -3,21 +3,23 @@
 The shared plan (roller/backends/c_family/plan.py) already stages each input's block tile into shared memory
 in the tensor's own dimension order; a GEMM operand tile is then either [m][k] or [k][m] (A) and [k][n] or
 [n][k] (B), with a leading dimension that construction padded to whole 16-byte rows
-(roller/construct/matrix.py). This module reads those facts off the plan so the template only spells them.
+(roller/construction/matrix.py). This module reads those facts off the plan so the template only spells them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from roller.backends.c_family.plan import KernelPlan, TensorPlan
-from roller.construct.matrix import GemmRoles, applies
-from roller.construct.rtile import RProgram
+from roller.construction.matrix import GemmRoles, gemm_roles
 from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.tensor_expr import TensorExpr
+from roller.program import RProgram
 
 #: C++ element types of wmma fragments per dtype
 FRAGMENT_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+#: threads of a warp, which computes one fragment together
+WARP = 32
 
 
 @dataclass(frozen=True)
@@ -49,22 +51,24 @@ class MatrixPlan:
 
 
 def matrix_plan(prog: RProgram, plan: KernelPlan, hw: HardwareDesc) -> MatrixPlan | None:
-    """The fragment plan of a matrix program (None for scalar programs)."""
-    if not prog.use_matrix:
+    """The fragment plan of the instruction construction chose for ``prog`` (None for scalar programs)."""
+    choice = prog.matrix
+    if choice is None:
         return None
-    found = applies(prog.expr, hw)
-    if found is None:
-        raise InputError(f"{prog.expr.name}: the rProgram asks for matrix instructions, but {hw.name} lists no "
-                         f"warp-level instruction for {prog.expr.inputs[0].dtype} or the op is not GEMM-shaped",
-                         field="use_matrix")
-    roles, inst = found
-    m, n, k = inst.shape
+    roles = gemm_roles(prog.expr)
+    dtype = prog.expr.inputs[0].dtype
+    if choice.family != "wmma" or roles is None or dtype not in FRAGMENT_TYPES \
+            or hw.parallelism.warp_size != WARP:
+        raise InputError(f"{prog.expr.name}: the rProgram uses {choice.family} {choice.name}, which the CUDA "
+                         f"backend does not render for this op on {hw.name} (it renders wmma fragments of "
+                         "GEMM-shaped float16/bfloat16 ops on 32-thread warps)", field="matrix")
+    m, n, k = choice.shape
     thread = prog.thread_tile.as_dict(prog.expr)
     block = prog.block_tile.as_dict(prog.expr)
     wm, wn = thread[roles.m], thread[roles.n]
     if wm % m or wn % n or block[roles.k] % k or thread[roles.k] != k:
         raise InputError(f"{prog.expr.name}: warp tile {wm}x{wn}x{thread[roles.k]} / step {block[roles.k]} is "
-                         f"not aligned to {inst.name} {m}x{n}x{k}", field="tiles")
+                         f"not aligned to {choice.name} {m}x{n}x{k}", field="tiles")
     tensors = {t.name: t for t in plan.inputs}
     a_layout, lda, a_offset = _operand(prog.expr, roles, tensors[roles.a], roles.m, m, "rl_i")
     b_layout, ldb, b_offset = _operand(prog.expr, roles, tensors[roles.b], roles.n, n, "rl_j")

@@ -8,7 +8,7 @@ shared memory, spills and stack per kernel (``parse_ptxas``).
 
 A compile unit may hold many kernels: one nvcc process compiles a whole suite's kernels for one target, which
 is what keeps the compile check fast on two cores. Results (the parsed report) are cached by a hash of the
-source, target, compiler and flags under the roller cache directory (``roller.cache.cache_dir()/cuda``).
+source, target, compiler and flags under the roller cache directory (``roller.cache``'s results, kind ``cuda``).
 
 GPU detection reads /dev and asks ``nvidia-smi``; it never loads the CUDA driver library, because a failed
 driver call can leave the process hanging (see shared reference toolchain notes).
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import hashlib
-import json
 import os
 import re
 import shlex
@@ -34,8 +32,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from roller.atomic import write_atomic
+from roller import cache
 from roller.errors import CompileError, ToolchainError
+from roller.settings import settings
 
 FORMAT = 1
 NVCC_FLAGS = ("-std=c++17", "-Xptxas", "-v")
@@ -194,7 +193,7 @@ def nvrtc12() -> _Nvrtc | None:
 
 def compiler_for(target: str) -> str:
     """'nvcc' or 'nvrtc' for ``target`` (e.g. sm_90); ToolchainError when neither can compile for it."""
-    forced = os.environ.get("ROLLER_CUDA_COMPILER", "").strip().lower()
+    forced = (settings.cuda.compiler or "").lower()
     nv = nvrtc12()
     nvrtc_ok = nv is not None and target in nv.archs and cuda_include_dir() is not None
     if forced == "nvrtc" and nvrtc_ok:
@@ -256,20 +255,11 @@ def parse_ptxas(log: str) -> dict[str, Usage]:
 
 # -- compiling -------------------------------------------------------------------------------------------------
 
-def _cache_root() -> Path | None:
-    from roller.cache import cache_dir, enabled
-
-    return cache_dir() / "cuda" if enabled() else None
-
-
 def _key(source: str, target: str, compiler: str) -> str:
     flags = NVCC_FLAGS if compiler == "nvcc" else NVRTC_FLAGS
-    ver = nvcc_version() if compiler == "nvcc" else (nvrtc12().version if nvrtc12() else "")  # type: ignore[union-attr]
-    h = hashlib.sha256()
-    for part in (str(FORMAT), compiler, ver, target, " ".join(flags), source):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    nv = nvrtc12()
+    ver = nvcc_version() if compiler == "nvcc" else (nv.version if nv else "")
+    return cache.result_key(str(FORMAT), compiler, ver, target, " ".join(flags), source)
 
 
 def repro_command(path: Path, target: str, compiler: str) -> str:
@@ -285,9 +275,9 @@ def compile_unit(source: str, target: str, workdir: Path | None, name: str, keep
     kernel file and a repro command when the compiler fails. ``name`` names the file (``<name>.cu``)."""
     compiler = compiler_for(target)
     key = _key(source, target, compiler)
-    root = _cache_root() if use_cache and not keep_cubin else None
-    if root is not None:
-        hit = _read_cached(root / key[:2] / f"{key}.json")
+    cached = use_cache and not keep_cubin
+    if cached:
+        hit = _from_doc(cache.load_result("cuda", key))
         if hit is not None:
             return hit
     folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="roller-cuda-"))
@@ -318,8 +308,8 @@ def compile_unit(source: str, target: str, workdir: Path | None, name: str, keep
         cubin_path.unlink(missing_ok=True)
         if workdir is None:
             shutil.rmtree(folder, ignore_errors=True)
-    if root is not None:
-        _write_cached(root / key[:2] / f"{key}.json", result)
+    if cached:
+        cache.store_result("cuda", key, _to_doc(result))
     return result
 
 
@@ -340,23 +330,17 @@ def _tail(log: str, lines: int = 60) -> str:
     return "\n".join(rows[-lines:])
 
 
-def _read_cached(path: Path) -> UnitResult | None:
+def _from_doc(doc: Any) -> UnitResult | None:
     try:
-        doc = json.loads(path.read_text())
         usage = {k: Usage(**v) for k, v in doc["usage"].items()}
         return UnitResult(doc["target"], doc["compiler"], usage, doc["log"], doc["seconds"], cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _write_cached(path: Path, r: UnitResult) -> None:
-    doc = {"target": r.target, "compiler": r.compiler, "seconds": r.seconds, "log": r.log,
-           "usage": {k: u.to_json() for k, u in r.usage.items()}}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(doc).encode())
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+def _to_doc(r: UnitResult) -> dict[str, Any]:
+    return {"target": r.target, "compiler": r.compiler, "seconds": r.seconds, "log": r.log,
+            "usage": {k: u.to_json() for k, u in r.usage.items()}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

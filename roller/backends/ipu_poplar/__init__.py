@@ -9,21 +9,29 @@ the Poplar SDK (``launcher.py``); without it, the codelets can still be compiled
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roller.backends import Artifact, Backend, Runner
 from roller.backends.ipu_poplar.codegen import render_all
 from roller.backends.ipu_poplar.plan import plan
 from roller.errors import ToolchainError
 
+if TYPE_CHECKING:
+    from roller.hw import HardwareDesc
+    from roller.program import RProgram
+
 
 class PoplarBackend(Backend):
     name = "poplar"
-    serves = ("poplar",)
     file_ext = "cpp"
+    target_pattern = r"ipu\d+"
+    target_hint = "an IPU target like ipu2"
     dtypes = ("float32",)
+    # worker contexts per tile: the graph plan gives each tile's vertices that many workers
+    required_parallelism = ("hardware_threads_per_unit",)
+    cache_env = ("ROLLER_POPLAR_DEVICE",)
 
-    def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
+    def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         gp = plan(prog, hw)
         files = render_all(gp, prog.expr)
         expr = prog.expr
@@ -53,12 +61,12 @@ class PoplarBackend(Backend):
 
         return why_unavailable() or "the Poplar SDK is here"
 
-    def compile(self, art: Artifact, hw, workdir: Path | None = None) -> Runner:  # type: ignore[no-untyped-def]
+    def compile(self, art: Artifact, hw: HardwareDesc, workdir: Path | None = None) -> Runner:
         from roller.backends.ipu_poplar.launcher import PoplarRunner
 
         return PoplarRunner(art, workdir)
 
-    def check_compiles(self, art: Artifact, hw, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
+    def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         from roller.backends.ipu_poplar.launcher import build, why_unavailable
 
         why = why_unavailable()

@@ -19,6 +19,7 @@ import numpy as np
 
 from roller.backends import Artifact, Runner
 from roller.errors import CompileError, InputError, ToolchainError
+from roller.settings import settings
 
 INSTALL = ("install the Poplar SDK from Graphcore's support portal and `source <sdk>/enable.sh` (it is not on "
            "PyPI or Debian)")
@@ -38,7 +39,7 @@ def available() -> bool:
 
 
 def device_kind() -> str:
-    kind = os.environ.get("ROLLER_POPLAR_DEVICE", "model")
+    kind = settings.poplar.device
     if kind not in ("model", "ipu"):
         raise InputError(f"expected 'model' or 'ipu', got {kind!r}", field="ROLLER_POPLAR_DEVICE")
     return kind

@@ -20,14 +20,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from roller.construct.exchange import exchange_fed, on_device
-from roller.construct.rtile import RProgram
+from roller.construction.exchange import exchange_fed, on_device
 from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
 from roller.ir.names import check_identifier
 from roller.ir.tensor_expr import TensorDecl
 from roller.model.traffic import TileGeometry
+from roller.program import RProgram
 
 FORMAT = "roller-ipu-graph-plan/1"
 # graph_plan.json lists every vertex up to this many; beyond, it gives the rule that generates them (the same
@@ -99,7 +99,7 @@ class GraphPlan:
     threads: int  # workers a vertex uses
     thread_points: int  # points of one thread tile
     reduce_points: int
-    on_device: bool  # the op's tensors live in the tiles' memory (roller.construct.exchange.on_device)
+    on_device: bool  # the op's tensors live in the tiles' memory (roller.construction.exchange.on_device)
     pad_value: float
 
     @property

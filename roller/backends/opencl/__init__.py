@@ -1,14 +1,19 @@
 """OpenCL backend: kernels from the shared C-family plan, run through pyopencl (PoCL on this machine)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from roller.backends import Artifact, Backend
-from roller.errors import InputError
+from roller.backends import Artifact, Backend, Runner
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
+from roller.errors import InputError
+from roller.settings import settings
+
+if TYPE_CHECKING:
+    from roller.hw import HardwareDesc
+    from roller.program import RProgram
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -22,18 +27,22 @@ DIALECT = Dialect(
 
 class OpenCLBackend(Backend):
     name = "opencl"
-    serves = ("opencl",)
     file_ext = "cl"
+    target_pattern = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
+    target_hint = "an OpenCL target name like pocl-cpu"
     dtypes = ("float32",)
+    cache_env = ("ROLLER_CL_MAPPING", "ROLLER_CL_FAST_MATH", "ROLLER_CL_DEVICE")
+    runs_any_description = True
 
-    def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
+    def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         if prog.use_matrix:
-            # A matrix program's register-level tile is one warp's fragment tile, not a thread's: the scalar
-            # plan would index it wrongly.
-            raise InputError(f"{prog.expr.name}: the program for {hw.name} uses warp-level matrix instructions, "
-                             "which the OpenCL backend does not render; use the description's own backend",
+            # Construction hands this backend no matrix program (it declares no matrix_support); one built for
+            # another backend has a warp's fragment tile as its register tile, which the scalar plan would
+            # index wrongly.
+            raise InputError(f"{prog.expr.name}: the program for {hw.name} uses matrix instructions, which the "
+                             "OpenCL backend does not render; use the description's own backend",
                              field="--backend")
-        mapping = os.environ.get("ROLLER_CL_MAPPING")  # "blocked" / "strided": override for experiments
+        mapping = settings.opencl.mapping  # "blocked" / "strided": override for experiments
         plan = lower(prog, DIALECT, blocked=None if not mapping else mapping == "blocked")
         src = render(plan, DIALECT, TEMPLATES, "kernel.cl.j2", line=prog.line(), statement=prog.expr.statement())
         launch = launch_json(prog, plan, "opencl")
@@ -50,14 +59,21 @@ class OpenCLBackend(Backend):
 
         return why_unavailable()
 
-    def compile(self, art: Artifact, hw, workdir: Path | None = None):  # type: ignore[no-untyped-def]
+    def toolchain_version(self) -> str:
+        """The platform, its version, the device and its driver that the launcher picks; ``none`` without one."""
+        from roller.backends.opencl.launcher import device_version
+
+        return device_version()
+
+    def compile(self, art: Artifact, hw: HardwareDesc, workdir: Path | None = None) -> Runner:
         from roller.backends.opencl.launcher import CLRunner
 
         return CLRunner(art, workdir)
 
-    def check_compiles(self, art: Artifact, hw, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
-        runner = self.compile(art, hw, workdir)
-        return runner.info()
+    def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
+        from roller.backends.opencl.launcher import CLRunner
+
+        return CLRunner(art, workdir).info()
 
 
 BACKEND = OpenCLBackend()

@@ -6,7 +6,6 @@ does not depend on ICD enumeration order), else the first platform.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -15,13 +14,15 @@ from typing import Any
 import numpy as np
 
 from roller.backends import Artifact, Runner
+from roller.backends.opencl.env import apply_pocl_defaults
 from roller.errors import CompileError, InputError, ToolchainError
-from roller.hw.opencl_env import apply_pocl_defaults
+from roller.settings import settings
 
+POCL_PLATFORM = "Portable Computing Language"
 _CTX: dict[str, Any] = {}
 
 
-def _cl():  # type: ignore[no-untyped-def]
+def import_opencl():  # type: ignore[no-untyped-def]
     apply_pocl_defaults()
     try:
         import pyopencl as cl
@@ -31,9 +32,11 @@ def _cl():  # type: ignore[no-untyped-def]
     return cl
 
 
-def pick_device(spec: str | None = None):  # type: ignore[no-untyped-def]
-    cl = _cl()
-    spec = spec if spec is not None else os.environ.get("ROLLER_CL_DEVICE")
+def pick_device(spec: str | None = None) -> Any:
+    """The device kernels run on (and ``roller hw probe`` measures): ``spec`` or ``ROLLER_CL_DEVICE``
+    ("platform substring[:device index]"), else the newest PoCL, else the first platform's first device."""
+    cl = import_opencl()
+    spec = spec if spec is not None else settings.opencl.device
     try:
         platforms = cl.get_platforms()
     except cl.LogicError:
@@ -51,17 +54,32 @@ def pick_device(spec: str | None = None):  # type: ignore[no-untyped-def]
                     return devs[i]
         raise InputError(f"no OpenCL device matches {spec!r} (platforms: "
                          f"{', '.join(p.name for p in platforms)})", field="ROLLER_CL_DEVICE")
-    pocl = sorted((p for p in platforms if "Portable Computing Language" in p.name), key=lambda p: p.version,
+    pocl = sorted((p for p in platforms if POCL_PLATFORM in p.name), key=lambda p: p.version,
                   reverse=True)
     plat = pocl[0] if pocl else platforms[0]
     return plat.get_devices()[0]
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def device_version() -> str:
+    """``platform | version | device | driver`` of the device kernels run on, ``none`` without one."""
+    key = settings.opencl.device or ""
+    if key not in _VERSIONS:
+        try:
+            dev = pick_device()
+            _VERSIONS[key] = f"{dev.platform.name} | {dev.platform.version} | {dev.name} | {dev.driver_version}"
+        except Exception:  # noqa: BLE001 - no device: render-only
+            _VERSIONS[key] = "none"
+    return _VERSIONS[key]
 
 
 def available() -> bool:
     try:
         pick_device()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to find a device means "not here"
         return False
 
 
@@ -74,8 +92,8 @@ def why_unavailable() -> str:
 
 
 def context(spec: str | None = None):  # type: ignore[no-untyped-def]
-    cl = _cl()
-    key = spec or os.environ.get("ROLLER_CL_DEVICE", "")
+    cl = import_opencl()
+    key = spec or settings.opencl.device or ""
     if key not in _CTX:
         dev = pick_device(spec)
         ctx = cl.Context([dev])
@@ -86,11 +104,11 @@ def context(spec: str | None = None):  # type: ignore[no-untyped-def]
 
 class CLRunner(Runner):
     def __init__(self, art: Artifact, workdir: Path | None = None, device: str | None = None) -> None:
-        cl = _cl()
+        cl = import_opencl()
         self.art = art
         self.ctx, self.queue, self.dev = context(device)
         src = art.source
-        self.options = ["-cl-fast-relaxed-math"] if os.environ.get("ROLLER_CL_FAST_MATH") == "1" else []
+        self.options = ["-cl-fast-relaxed-math"] if settings.opencl.fast_math else []
         try:
             self.program = cl.Program(self.ctx, src).build(options=self.options)
         except cl.RuntimeError as err:
@@ -107,14 +125,14 @@ class CLRunner(Runner):
         self.args = launch["arguments"]
 
     def info(self) -> dict[str, Any]:
-        cl = _cl()
+        cl = import_opencl()
         wg = cl.kernel_work_group_info
         return {"device": self.dev.name, "local_mem_bytes": self.kernel.get_work_group_info(wg.LOCAL_MEM_SIZE, self.dev),
                 "private_mem_bytes": self.kernel.get_work_group_info(wg.PRIVATE_MEM_SIZE, self.dev),
                 "max_work_group_size": self.kernel.get_work_group_info(wg.WORK_GROUP_SIZE, self.dev)}
 
     def _buffers(self, inputs: list[np.ndarray], out: np.ndarray | None):  # type: ignore[no-untyped-def]
-        cl = _cl()
+        cl = import_opencl()
         mf = cl.mem_flags
         bufs = []
         for spec, arr in zip(self.args[:-1], inputs):
@@ -129,7 +147,7 @@ class CLRunner(Runner):
         return self.kernel(self.queue, self.global_size, self.local_size, *bufs, obuf)
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-        cl = _cl()
+        cl = import_opencl()
         bufs, obuf, host = self._buffers(inputs, out)
         self._launch(bufs, obuf)
         cl.enqueue_copy(self.queue, host, obuf)

@@ -8,7 +8,6 @@ or compile-check; running needs ROCm and hip-python (``launcher.py``).
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +16,17 @@ from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
 from roller.backends.rocm_hip.hipcc import ARCH_VGPRS
+from roller.backends.rocm_hip.mfma import BUILTINS
+from roller.construction.matrix import MatrixSupport
 from roller.errors import InputError
+from roller.model.micro import register_cap as unit_register_cap
 from roller.model.traffic import TileGeometry
 
 if TYPE_CHECKING:
-    from roller.construct.rtile import RProgram
     from roller.hw import HardwareDesc
+    from roller.program import RProgram
 
 TEMPLATES = Path(__file__).parent / "templates"
-TARGET = re.compile(r"^gfx[0-9a-f]{3,4}$")
 
 # Device math in HIP: the float overloads of the C library (clang's HIP headers map them to OCML).
 # float16 elements are _Float16 (clang's native half type: no header type, and the MFMA builtins take its
@@ -44,14 +45,9 @@ MAX_K_UNROLL = 8
 
 
 def register_cap(block: int, hw: HardwareDesc) -> int:
-    """Vector registers one lane may use when a block of ``block`` threads is resident: the block's waves
-    share the SIMDs of one unit, each SIMD's register file split among its waves (what the compiler enforces
-    from __launch_bounds__), and no more than a wave can address."""
-    par = hw.parallelism
-    waves = -(-block // par.warp_size)
-    per_simd = -(-waves // max(1, par.sub_partitions))
-    simd = par.registers_per_unit // max(1, par.sub_partitions) // par.warp_size
-    return min(simd // per_simd, par.max_registers_per_thread, ARCH_VGPRS)
+    """Vector registers one lane may use when a block of ``block`` threads is resident: the unit's share
+    (what the compiler enforces from __launch_bounds__), and no more than the architecture's VGPRs."""
+    return min(unit_register_cap(block, hw), ARCH_VGPRS)
 
 
 def k_unroll(prog: RProgram, hw: HardwareDesc) -> int:
@@ -72,15 +68,19 @@ def k_unroll(prog: RProgram, hw: HardwareDesc) -> int:
 
 class HipBackend(Backend):
     name = "hip"
-    serves = ("hip",)
     file_ext = "hip"
+    target_pattern = r"gfx[0-9a-f]{3,4}"
+    target_hint = "an AMD target like gfx906"
     dtypes = ("float32", "float16")
+    matrix_support = tuple(MatrixSupport("mfma", dtype, (m, n, k)) for dtype, m, n, k in BUILTINS)
+    cache_env = ("ROLLER_HIPCC",)
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         from roller.backends.rocm_hip import mfma
 
-        if not TARGET.match(hw.target):
-            # The target reaches the kernel's comment and hipcc's command line.
+        if not self.matches_target(hw.target):
+            # The target reaches the kernel's comment and hipcc's command line (--backend hip on a description
+            # of another backend).
             raise InputError(f"expected an AMD GPU target such as gfx906 or gfx90a for the HIP backend, got "
                              f"{hw.target!r}", source=hw.source or None, field="target")
         main = f"kernel.{self.file_ext}"

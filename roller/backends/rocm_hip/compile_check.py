@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from roller.backends import Artifact
-from roller.backends.rocm_hip import BACKEND, mfma
+from roller.backends.rocm_hip import BACKEND
 from roller.backends.rocm_hip.hipcc import Unit, check_units, compile_target, limits_report
-from roller.construct import construct
-from roller.construct.rtile import RProgram
+from roller.construction import construct, matrix_candidates
 from roller.hw import HardwareDesc, load
 from roller.ir import load_ops
-from roller.ir.fuse import prepare
 from roller.ir.tensor_expr import TensorExpr
+from roller.program import RProgram
 
 AMD_DESCRIPTIONS = ("mi50", "mi100", "mi250x", "mi300x")
 GEMM_KINDS = ("matmul", "batch_matmul", "conv2d")
@@ -40,7 +39,7 @@ class KernelCheck:
     block: int
     matrix: str | None  # the MFMA instruction, when the kernel uses one
     usage: dict[str, Any]
-    model_registers: int  # roller.model.micro's estimate for the program (mfma.registers for MFMA programs)
+    model_registers: int  # roller.model.micro's estimate for the program
     plan_lds_bytes: int
     mfma_count: int | None = None  # v_mfma instructions in the device assembly
     problems: list[str] = field(default_factory=list)
@@ -54,12 +53,12 @@ class KernelCheck:
 
 def best_program(op: TensorExpr, hw: HardwareDesc) -> RProgram | None:
     """What ``roller build`` renders: construction's top-1."""
-    return construct(op, hw, top_k=1)[0]
+    return construct(op, hw, top_k=1, matrix=BACKEND.matrix_support)[0]
 
 
 def best_mfma_program(op: TensorExpr, hw: HardwareDesc) -> RProgram | None:
     """The best MFMA-aligned program, or None where MFMA does not apply (no matrix cores, not GEMM-shaped)."""
-    progs = mfma.programs(prepare(op), hw, want=1)
+    progs = matrix_candidates(op, hw, BACKEND.matrix_support, want=1)
     return progs[0] if progs else None
 
 

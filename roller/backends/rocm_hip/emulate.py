@@ -19,11 +19,11 @@ import numpy as np
 from roller.backends import Artifact
 from roller.backends.c_family.render import environment
 from roller.backends.rocm_hip import DIALECT, TEMPLATES
+from roller.dtypes import dtype
 from roller.errors import CompileError, ToolchainError
 
 SHIM = Path(__file__).parent / "emulation"
 COMPILERS = ("clang++-15", "clang++")
-NUMPY = {"float32": np.float32, "float16": np.float16}
 
 
 def compiler() -> str:
@@ -62,7 +62,7 @@ def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, ti
     files = []
     for i, (a, x) in enumerate(zip(args[:-1], inputs)):
         path = folder / f"in{i}.bin"
-        np.ascontiguousarray(x, dtype=NUMPY[a["dtype"]]).tofile(path)
+        dtype(a["dtype"]).to_storage(x).tofile(path)
         files.append(str(path))
     out_path = folder / "out.bin"
     proc = subprocess.run([str(exe), *files, str(out_path)], capture_output=True, text=True, check=False,
@@ -70,4 +70,5 @@ def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, ti
     if proc.returncode != 0:
         raise RuntimeError(f"emulated run of {art.kernel_name} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     out = args[-1]
-    return np.fromfile(out_path, dtype=NUMPY[out["dtype"]]).reshape(out["shape"])
+    kind = dtype(out["dtype"])
+    return kind.from_storage(np.fromfile(out_path, dtype=kind.storage)).reshape(out["shape"])

@@ -14,7 +14,6 @@ gfx90a and gfx940 but not gfx942, so MI300X kernels (gfx942) are checked for gfx
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roller.atomic import write_atomic
+from roller import cache
 from roller.errors import CompileError, ToolchainError
+from roller.settings import settings
 
 if TYPE_CHECKING:
     from roller.backends import Artifact
@@ -63,9 +63,9 @@ _VERSION: dict[str, str] = {}
 
 def find() -> str:
     """The hipcc to use: ``$ROLLER_HIPCC`` or the one on PATH; ToolchainError naming the install command."""
-    exe = os.environ.get("ROLLER_HIPCC") or shutil.which("hipcc")
+    exe = settings.hip.hipcc or shutil.which("hipcc")
     if not exe or not os.access(exe, os.X_OK):
-        where = f" ($ROLLER_HIPCC={os.environ['ROLLER_HIPCC']})" if os.environ.get("ROLLER_HIPCC") else ""
+        where = f" ($ROLLER_HIPCC={settings.hip.hipcc})" if settings.hip.hipcc else ""
         raise ToolchainError(f"hipcc not found{where}: {INSTALL} (Debian 12: ROCm 5.2's HIP compiler, no GPU needed)")
     return exe
 
@@ -150,8 +150,8 @@ def _check_unit(unit: Unit) -> dict[str, dict[str, Any]]:
         raise ValueError(f"kernel names repeat in one translation unit: {', '.join(dup)}")
     flags = [*arch_flags(unit.hw), *FLAGS]
     key = _key(unit, flags)
-    cached = _cache_get(key)
-    if cached is not None:
+    cached = cache.load_result("hip-check", key)
+    if isinstance(cached, dict):
         return cached
     folder = unit.workdir / unit.label
     folder.mkdir(parents=True, exist_ok=True)
@@ -196,7 +196,7 @@ def _check_unit(unit: Unit) -> dict[str, dict[str, Any]]:
         raise CompileError(f"hipcc reported no resource usage for {', '.join(missing)} ({unit.hw.name})\n"
                            f"repro: {_repro(cmd, folder)}")
     result = {n: report[n] for n in names}
-    _cache_put(key, {n: {k: v for k, v in r.items() if k != "file"} for n, r in result.items()})
+    cache.store_result("hip-check", key, {n: {k: v for k, v in r.items() if k != "file"} for n, r in result.items()})
     return result
 
 
@@ -277,36 +277,5 @@ def _repro(cmd: list[str], cwd: Path | None = None) -> str:
 
 
 def _key(unit: Unit, flags: list[str]) -> str:
-    h = hashlib.sha256()
-    h.update(json.dumps([version(), flags, compile_target(unit.hw)]).encode())
-    for art in unit.arts:
-        h.update(art.kernel_name.encode() + b"\0" + art.source.encode() + b"\0")
-    return h.hexdigest()
-
-
-def _cache_folder() -> Path | None:
-    from roller import cache
-
-    return cache.cache_dir() / "hip-check" if cache.enabled() else None
-
-
-def _cache_get(key: str) -> dict[str, dict[str, Any]] | None:
-    folder = _cache_folder()
-    if folder is None:
-        return None
-    try:
-        doc = json.loads((folder / f"{key}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _cache_put(key: str, result: dict[str, dict[str, Any]]) -> None:
-    folder = _cache_folder()
-    if folder is None:
-        return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / f"{key}.json", json.dumps(result).encode())
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    return cache.result_key(json.dumps([version(), flags, compile_target(unit.hw)]),
+                            *(part for art in unit.arts for part in (art.kernel_name, art.source)))

@@ -23,13 +23,13 @@ import numpy as np
 
 from roller.backends import Artifact, Runner
 from roller.backends.rocm_hip import hipcc
+from roller.dtypes import dtype
 from roller.errors import CompileError, ToolchainError
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc
 
 KFD = Path("/dev/kfd")
-NUMPY = {"float32": np.float32, "float16": np.float16}
 _DEVICE: dict[str, Any] = {}
 
 
@@ -116,12 +116,12 @@ class HipRunner(Runner):
         hip = _hip()
         bufs = []
         for spec, arr in zip(self.args[:-1], inputs):
-            host = np.ascontiguousarray(arr, dtype=NUMPY[spec["dtype"]])
+            host = dtype(spec["dtype"]).to_storage(arr)
             dev = _check(hip.hipMalloc(max(1, host.nbytes)))
             _check(hip.hipMemcpy(dev, host, host.nbytes, hip.hipMemcpyKind.hipMemcpyHostToDevice))
             bufs.append(dev)
         spec = self.args[-1]
-        out = np.empty(tuple(spec["shape"]), dtype=NUMPY[spec["dtype"]])
+        out = np.empty(tuple(spec["shape"]), dtype=dtype(spec["dtype"]).storage)
         dev_out = _check(hip.hipMalloc(max(1, out.nbytes)))
         return bufs, dev_out, out
 
@@ -144,6 +144,7 @@ class HipRunner(Runner):
             _check(hip.hipMemcpy(host, dev_out, host.nbytes, hip.hipMemcpyKind.hipMemcpyDeviceToHost))
         finally:
             self._free(bufs, dev_out)
+        host = dtype(self.args[-1]["dtype"]).from_storage(host)
         if out is not None:
             out[...] = host
             return out

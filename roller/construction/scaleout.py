@@ -5,7 +5,7 @@ rTiles along the axis with the lowest reuse score until there are enough tiles (
 """
 from __future__ import annotations
 
-from roller.construct.enlarge import Candidate, Search
+from roller.construction.enlarge import Candidate, Search
 from roller.hw import HardwareDesc
 from roller.model.traffic import TileGeometry
 

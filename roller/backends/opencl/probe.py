@@ -12,7 +12,6 @@ description that ``roller.hw.load`` accepts.
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import statistics
 import sys
@@ -21,10 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from roller.errors import ToolchainError
+from roller.backends.opencl.launcher import POCL_PLATFORM
 from roller.ir.vector import vector_width
-
-POCL_PLATFORM = "Portable Computing Language"
 
 _COPY_SRC = r"""
 __kernel void copy(__global const float4 *restrict src, __global float4 *restrict dst) {
@@ -215,50 +212,6 @@ def _progress(msg: str, stream: Any = None) -> None:
     print(f"roller hw probe: {msg}", file=stream or sys.stderr, flush=True)
 
 
-def _import_cl() -> Any:
-    from roller.hw.opencl_env import apply_pocl_defaults
-
-    apply_pocl_defaults()   # what the generated kernels run under, so the calibration measures that
-    try:
-        import pyopencl as cl
-    except ImportError as err:
-        raise ToolchainError(f"pyopencl is not installed ({err}); install it with "
-                             "`pip install pyopencl` (and an OpenCL driver, e.g. `apt-get install pocl-opencl-icd`)") \
-            from None
-    return cl
-
-
-def choose_device(cl: Any = None, spec: str | None = None) -> Any:
-    """Pick the device: ``spec`` or $ROLLER_CL_DEVICE ("platform_substring[:index]"), else PoCL, else the first."""
-    cl = cl or _import_cl()
-    try:
-        platforms = cl.get_platforms()
-    except (cl.Error, RuntimeError) as err:  # raised when no ICD/platform is installed
-        raise ToolchainError(f"no OpenCL platform found ({err}); install one, e.g. `apt-get install "
-                             "pocl-opencl-icd`") from None
-    if not platforms:
-        raise ToolchainError("no OpenCL platform found; install one, e.g. `apt-get install pocl-opencl-icd`")
-    spec = spec if spec is not None else os.environ.get("ROLLER_CL_DEVICE")
-    index = 0
-    if spec:
-        sub, _, idx = spec.partition(":")
-        matching = [p for p in platforms if sub.lower() in p.name.lower()]
-        if not matching:
-            names = ", ".join(p.name for p in platforms)
-            raise ToolchainError(f"no OpenCL platform matches {sub!r} (platforms: {names})")
-        platform = matching[0]
-        index = int(idx) if idx.isdigit() else 0
-    else:
-        pocl = [p for p in platforms if POCL_PLATFORM in p.name]
-        platform = (pocl or platforms)[0]
-    devices = platform.get_devices()
-    if not devices:
-        raise ToolchainError(f"OpenCL platform {platform.name!r} has no devices")
-    if index >= len(devices):
-        raise ToolchainError(f"OpenCL platform {platform.name!r} has {len(devices)} device(s), no index {index}")
-    return devices[index]
-
-
 def _time(queue: Any, launch: Callable[[], Any], runs: int, cl: Any) -> list[float]:
     """Seconds per run; event profiling when available, wall clock otherwise."""
     launch().wait()   # warm-up (compilation of the work-group function, page faults)
@@ -288,10 +241,12 @@ def _flops_source(width: int, chains: int, unroll: int) -> str:
 def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[str], None] | None = None) \
         -> ProbeResult:
     """Measure the local OpenCL device. ``quick`` uses small sizes and few runs (for tests, a few seconds)."""
-    cl = _import_cl()
+    from roller.backends.opencl.launcher import import_opencl, pick_device
+
+    cl = import_opencl()   # with the PoCL settings the generated kernels run under, so the calibration measures that
     log = log or _progress
     start = time.perf_counter()
-    dev = choose_device(cl, device_spec)
+    dev = pick_device(device_spec)
     log(f"[1/7] device: {dev.name.strip()} ({dev.platform.name.strip()})")
     ctx = cl.Context([dev])
     try:

@@ -12,9 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from roller.construct.align import (block_sizes, padding_ok, storage_padding, thread_sizes,
-                                    transaction_alignment, warp_multiple)
-from roller.construct.exchange import exchange_fed, on_device, resident_input_bytes, unit_bytes
+from roller.construction.align import (
+    block_sizes,
+    padding_ok,
+    storage_padding,
+    thread_sizes,
+    transaction_alignment,
+    warp_multiple,
+)
+from roller.construction.exchange import exchange_fed, on_device, resident_input_bytes, unit_bytes
 from roller.hw import HardwareDesc
 from roller.model.micro import registers_per_thread
 from roller.model.traffic import TileGeometry

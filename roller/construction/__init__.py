@@ -5,14 +5,13 @@ Reads only the IR and the hardware description; imports no backend.
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
+from collections.abc import Iterable
 
-from roller.construct.align import EPSILONS
-from roller.construct.enlarge import Candidate, Search, thread_start_sizes
-from roller.construct.exchange import exchange_fed
-from roller.construct.matrix import matrix_programs
-from roller.construct.rtile import Prediction, RProgram, RTile, launch_counts
-from roller.construct.scaleout import shrink_for_parallelism
+from roller.construction.align import EPSILONS
+from roller.construction.enlarge import Candidate, Search, thread_start_sizes
+from roller.construction.exchange import exchange_fed
+from roller.construction.matrix import MatrixSupport, matrix_programs
+from roller.construction.scaleout import shrink_for_parallelism
 from roller.errors import InputError
 from roller.hw import HardwareDesc, load
 from roller.ir.fuse import prepare
@@ -20,8 +19,10 @@ from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
 from roller.model.micro import predict, resources
 from roller.model.traffic import TileGeometry
+from roller.program import Prediction, RProgram, RTile, launch_counts
 
-__all__ = ["Prediction", "RProgram", "RTile", "construct", "levels", "repredict"]
+__all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "construct", "levels", "matrix_candidates",
+           "repredict"]
 
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
 # order follows reuse, the model's order follows predicted time.
@@ -45,9 +46,12 @@ def levels(hw: HardwareDesc) -> tuple[int, int]:
                      source=hw.source or None, field="memory")
 
 
-def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k: int = 10,
-              gemm_conv: bool = True, shrink: bool = True) -> list[RProgram]:
-    """The ``top_k`` rPrograms for ``op`` on ``hw``, best predicted first (deterministic)."""
+def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
+              gemm_conv: bool = True, shrink: bool = True,
+              matrix: Iterable[MatrixSupport] = ()) -> list[RProgram]:
+    """The ``top_k`` rPrograms for ``op`` on ``hw``, best predicted first (deterministic). ``matrix``: the
+    matrix instructions the backend that will render the programs can emit (its capabilities); programs for
+    the description's instructions among them compete with the scalar ones. Without it, none are built."""
     if top_k < 1:
         raise InputError(f"top_k must be at least 1, got {top_k}")
     hwd = load(hw) if isinstance(hw, str) else hw
@@ -79,14 +83,26 @@ def construct(op: Union[OpLike, TensorExpr], hw: Union[str, HardwareDesc], top_k
         cands += shrink_for_parallelism(geo, hwd, cands, search)
     progs = [_program(expr, geo, hwd, c, block_level, thread_level) for c in cands]
     progs = [p for p in progs if p is not None]
-    # float16 GEMM-shaped ops on a description with warp-level matrix instructions: tensor-core programs
-    # compete with the scalar ones in the same ranking.
-    progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool)
+    # float16 GEMM-shaped ops on a description with matrix instructions the backend renders: tensor-core
+    # (or matrix-core) programs compete with the scalar ones in the same ranking.
+    progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool, support=matrix)
     unique: dict[tuple, RProgram] = {}
     for p in progs:
         unique.setdefault(p.key(), p)
     ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s, p.key()))  # type: ignore[union-attr]
     return ranked[:top_k]
+
+
+def matrix_candidates(op: OpLike | TensorExpr, hw: str | HardwareDesc, matrix: Iterable[MatrixSupport],
+                      want: int = 10, every_tiling: bool = False) -> list[RProgram]:
+    """Only the matrix-instruction programs of ``op`` (the ``want`` best predicted), for checks of one
+    family's kernels; empty where no instruction in ``matrix`` applies. ``every_tiling`` keeps every warp
+    tiling of a block tile, not only the one construction would rank."""
+    hwd = load(hw) if isinstance(hw, str) else hw
+    expr = prepare(op if isinstance(op, TensorExpr) else load_op(op))
+    block_level, thread_level = levels(hwd)
+    return matrix_programs(expr, TileGeometry(expr), hwd, block_level, thread_level, want=want, support=matrix,
+                           every_tiling=every_tiling)
 
 
 def _program(expr: TensorExpr, geo: TileGeometry, hw: HardwareDesc, c: Candidate, block_level: int,
@@ -123,7 +139,7 @@ def _predict(geo: TileGeometry, hw: HardwareDesc, shapes: tuple[tuple[int, ...],
 def repredict(prog: RProgram, hw: HardwareDesc) -> RProgram:
     """``prog`` with the current model's prediction for ``hw``: what a change of the model or of the description
     does to programs already measured (bench/fidelity.py --repredict). Matrix programs are not supported: their
-    resources come from the instruction search in construct/matrix.py."""
+    resources come from the instruction search in construction/matrix.py."""
     if prog.use_matrix:
         raise ValueError("re-predicting matrix-instruction programs is not supported")
     shapes = tuple(t.shape for t in prog.tiles)

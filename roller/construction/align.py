@@ -71,7 +71,7 @@ def storage_padding(inner_extent: int, itemsize: int, layer: MemoryLayer) -> int
     if not layer.banks or not layer.bank_width_bytes or inner_extent <= 1:
         return 0
     per_word = max(1, layer.bank_width_bytes // itemsize)
-    for pad in range(0, layer.banks * per_word + 1):
+    for pad in range(layer.banks * per_word + 1):
         words = -(-(inner_extent + pad) // per_word)
         if (inner_extent + pad) % per_word == 0 and math.gcd(words, layer.banks) == 1:
             return pad

@@ -1,0 +1,121 @@
+"""Every ``ROLLER_*`` environment variable, declared once: name, type, default and meaning.
+
+Values are read from the environment at each access (``settings.cache.dir``), not at import, so a test or a
+long-lived process that changes the environment sees the change. ``roller.settings.describe()`` lists them
+all (the README's table is this list). Backends name the variables that change what they build in their
+``cache_env``; those values are part of every cache key.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar, overload
+
+T = TypeVar("T")
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Knob(Generic[T]):
+    """One environment variable: read it with ``group.attribute``."""
+
+    env: str
+    default: T
+    doc: str
+
+    def raw(self) -> str | None:
+        value = os.environ.get(self.env)
+        return value if value is not None and value.strip() != "" else None
+
+    def parse(self, raw: str) -> T:
+        if isinstance(self.default, bool):
+            return raw.strip().lower() in _TRUE  # type: ignore[return-value]
+        return raw.strip() if isinstance(self.default, str) or self.default is None else raw  # type: ignore[return-value]
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Knob[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> T: ...
+
+    def __get__(self, obj: object | None, owner: type) -> Knob[T] | T:
+        if obj is None:
+            return self
+        raw = self.raw()
+        return self.default if raw is None else self.parse(raw)
+
+
+class CacheSettings:
+    disabled: Knob[bool] = Knob("ROLLER_NO_CACHE", False, "1/true/yes/on turns the kernel cache off")
+    dir_override: Knob[str | None] = Knob("ROLLER_CACHE_DIR", None,
+                                          "the cache folder (default $XDG_CACHE_HOME/roller or ~/.cache/roller)")
+
+    @property
+    def dir(self) -> Path:
+        if self.dir_override:
+            return Path(self.dir_override).expanduser()
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+        return base / "roller"
+
+
+class OpenCLSettings:
+    device: Knob[str | None] = Knob("ROLLER_CL_DEVICE", None,
+                                    "the OpenCL device: 'platform substring[:device index]' (default: PoCL)")
+    fast_math: Knob[bool] = Knob("ROLLER_CL_FAST_MATH", False, "1 builds kernels with -cl-fast-relaxed-math")
+    mapping: Knob[str | None] = Knob("ROLLER_CL_MAPPING", None,
+                                     "'blocked' or 'strided': force how work-items map to a block tile")
+
+
+class CudaSettings:
+    compiler: Knob[str | None] = Knob("ROLLER_CUDA_COMPILER", None,
+                                      "'nvcc' or 'nvrtc': force the compiler of the compile checks")
+
+
+class HipSettings:
+    hipcc: Knob[str | None] = Knob("ROLLER_HIPCC", None, "the hipcc executable (default: hipcc on PATH)")
+
+
+class PoplarSettings:
+    device: Knob[str] = Knob("ROLLER_POPLAR_DEVICE", "model", "'model' (IPU Model) or 'ipu' for the host program")
+
+
+class TestSettings:
+    update_golden: Knob[bool] = Knob("ROLLER_UPDATE_GOLDEN", False, "1 rewrites the tests' golden files")
+
+
+class Settings:
+    cache = CacheSettings()
+    opencl = OpenCLSettings()
+    cuda = CudaSettings()
+    hip = HipSettings()
+    poplar = PoplarSettings()
+    tests = TestSettings()
+
+
+settings = Settings()
+
+
+def knobs() -> list[Knob[object]]:
+    """Every declared variable, in declaration order."""
+    out: list[Knob[object]] = []
+    for group in vars(Settings).values():
+        for value in vars(type(group)).values():
+            if isinstance(value, Knob):
+                out.append(value)
+    return out
+
+
+def describe() -> list[tuple[str, str]]:
+    """(variable, meaning) of every declared variable."""
+    return [(k.env, k.doc) for k in knobs()]
+
+
+def current(names: tuple[str, ...]) -> dict[str, str]:
+    """The set values of the named variables (unset ones left out): what goes into a cache key."""
+    known = {k.env for k in knobs()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"undeclared settings {unknown}")
+    return {n: os.environ[n] for n in names if os.environ.get(n)}
