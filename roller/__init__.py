@@ -16,6 +16,7 @@ _LAZY = {
     "load_op": ("roller.ir", "load_op"),
     "construct": ("roller.api", "construct"),
     "compile": ("roller.api", "compile"),
+    "compile_model": ("roller.models", "compile_model"),
 }
 
 
@@ -28,5 +29,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'roller' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "compile", "construct", "load_op", "load_ops", "random_inputs", "reference"]
-assert set(__all__[1:]) == set(_LAZY)
+__all__ = ["__version__", "compile", "compile_model", "construct", "load_op", "load_ops", "random_inputs",
+           "reference"]

@@ -70,6 +70,10 @@ def test_public_names_stay_functions_in_every_import_order(first: str) -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
+def test_all_lists_the_lazy_names() -> None:
+    assert set(roller.__all__) == {"__version__", *roller._LAZY}
+
+
 def test_every_module_imports_alone() -> None:
     """Each module in a fresh interpreter (roller.model.micro once failed on a circular import)."""
     def one(name: str) -> tuple[str, str]:

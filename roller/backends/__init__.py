@@ -45,7 +45,7 @@ class Artifact:
 
 
 class Runner(abc.ABC):
-    """A compiled kernel on a device: call it with numpy inputs, time it."""
+    """A compiled kernel on a device: call it with numpy inputs, time it, or launch it on device buffers."""
 
     @abc.abstractmethod
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
@@ -54,6 +54,57 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
         """Median kernel time in seconds."""
+
+    def launch(self, buffers: list[Any]) -> Any:
+        """Enqueue one run on ``buffers`` of this backend's ``Device`` (inputs in argument order, then the
+        output), after everything enqueued before; returns the launch's event where the device has one."""
+        raise NotImplementedError(f"{type(self).__name__} cannot launch on device buffers")
+
+
+class Device(abc.ABC):
+    """The memory of one device on this machine and the queue its work runs in, in order: what a graph
+    executor needs to keep data on the device between kernels. Counts what crosses to and from the host."""
+
+    def __init__(self) -> None:
+        self.uploads = self.downloads = 0
+        self.uploaded_bytes = self.downloaded_bytes = 0
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The device, in words."""
+
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> Any:
+        """A buffer of ``nbytes`` (uninitialised)."""
+
+    def upload(self, buf: Any, array: np.ndarray) -> None:
+        """Copy a contiguous host array (already in the buffer's storage type) into ``buf``."""
+        self.uploads += 1
+        self.uploaded_bytes += array.nbytes
+        self._upload(buf, array)
+
+    def download(self, buf: Any, array: np.ndarray) -> None:
+        """Copy ``buf`` into a contiguous host array of its storage type, after all work enqueued before."""
+        self.downloads += 1
+        self.downloaded_bytes += array.nbytes
+        self._download(buf, array)
+
+    @abc.abstractmethod
+    def _upload(self, buf: Any, array: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def _download(self, buf: Any, array: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def copy(self, dst: Any, src: Any, src_offset: int, dst_offset: int, region: tuple[int, int, int],
+             src_pitches: tuple[int, int], dst_pitches: tuple[int, int]) -> None:
+        """A strided device-to-device copy, in order with the kernels: ``region`` is (bytes per row, rows,
+        slices), pitches in bytes (row, slice)."""
+
+    @abc.abstractmethod
+    def finish(self) -> None:
+        """Wait for everything enqueued."""
 
 
 class Backend(abc.ABC):
@@ -102,6 +153,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         """Compile without running (for devices absent here); returns resource usage."""
+
+    def device(self) -> Device:
+        """This machine's device of this backend, for executors that keep data on it; ToolchainError
+        where there is none (or where the backend cannot yet keep data on it)."""
+        from roller.errors import ToolchainError
+
+        raise ToolchainError(f"the {self.name} backend cannot run a model on this machine: "
+                             f"{self.why_not_here() or 'it has no device executor'}")
 
     def matches_target(self, target: str) -> bool:
         return re.fullmatch(self.target_pattern, target) is not None

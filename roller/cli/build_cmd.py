@@ -39,7 +39,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by build and run: --hw/--set, OP.json, --op, --backend, --top-k."""
     from roller.cli.hw_cmd import add_hw_arguments
 
-    p.add_argument("file", metavar="OP.json", help="op file: one op or {\"ops\": [...]}")
+    p.add_argument("file", metavar="OP.json|MODEL.onnx",
+                   help="op file (one op or {\"ops\": [...]}) or an ONNX model (built and run whole)")
     add_hw_arguments(p)
     p.add_argument("--op", dest="op_name", metavar="NAME", default=None,
                    help="only the op with this name (default: every op of the file)")
@@ -48,6 +49,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
                         "kernels on the local OpenCL device)")
     p.add_argument("--top-k", dest="top_k", type=positive_int, default=10, metavar="K",
                    help="candidates to construct (default: 10)")
+    p.add_argument("--shape", action="append", default=None, metavar="INPUT=D0,D1,...",
+                   help="a model input's static shape (repeatable), where the model leaves it open")
 
 
 def register(sub: Any) -> None:
@@ -135,8 +138,11 @@ def table(progs: list, measured: list[float | None] | None = None) -> list[str]:
 # -- build --------------------------------------------------------------------------------------------------------
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from roller.cli.model_cmd import cmd_build_model, is_model
     from roller.construction import construct as construct_programs
 
+    if is_model(args.file):
+        return cmd_build_model(args)
     if args.dry_run and args.evaluate:
         raise InputError("--dry-run constructs only and --eval compiles and runs: give one of them")
     hwd, be, ops = setup(args, need_backend=not args.dry_run)

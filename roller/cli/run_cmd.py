@@ -87,9 +87,12 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from roller.api import build_kernel
+    from roller.cli.model_cmd import cmd_run_model, is_model
     from roller.evaluate import check_output, require_device, throughput
     from roller.numpy_reference import reference
 
+    if is_model(args.file):
+        return cmd_run_model(args)
     hwd, be, ops = setup(args)
     require_device(be, hwd, why="roller run")
     given = load_npz(args.inputs) if args.inputs else None

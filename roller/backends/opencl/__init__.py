@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roller.backends import Artifact, Backend, Runner
+from roller.backends import Artifact, Backend, Device, Runner
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
@@ -74,6 +74,11 @@ class OpenCLBackend(Backend):
         from roller.backends.opencl.launcher import CLRunner
 
         return CLRunner(art, workdir).info()
+
+    def device(self) -> Device:
+        from roller.backends.opencl.launcher import CLDevice
+
+        return CLDevice()
 
 
 BACKEND = OpenCLBackend()

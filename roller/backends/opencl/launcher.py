@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Artifact, Runner
+from roller.backends import Artifact, Device, Runner
 from roller.backends.opencl.env import apply_pocl_defaults
 from roller.errors import CompileError, InputError, ToolchainError
 from roller.settings import settings
@@ -146,6 +146,9 @@ class CLRunner(Runner):
     def _launch(self, bufs, obuf):  # type: ignore[no-untyped-def]
         return self.kernel(self.queue, self.global_size, self.local_size, *bufs, obuf)
 
+    def launch(self, buffers: list[Any]) -> Any:
+        return self.kernel(self.queue, self.global_size, self.local_size, *buffers)
+
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         cl = import_opencl()
         bufs, obuf, host = self._buffers(inputs, out)
@@ -164,6 +167,41 @@ class CLRunner(Runner):
             ev.wait()
             times.append((ev.profile.end - ev.profile.start) * 1e-9)
         return statistics.median(times)
+
+
+class CLDevice(Device):
+    """The OpenCL device kernels run on (the launcher's context and in-order queue)."""
+
+    def __init__(self, spec: str | None = None) -> None:
+        super().__init__()
+        self.cl = import_opencl()
+        self.ctx, self.queue, self.dev = context(spec)
+
+    @property
+    def name(self) -> str:
+        return f"{self.dev.name.strip()} ({self.dev.platform.name.strip()})"
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, size=max(4, nbytes))
+
+    def _upload(self, buf: Any, array: np.ndarray) -> None:
+        self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array), is_blocking=True)
+
+    def _download(self, buf: Any, array: np.ndarray) -> None:
+        self.cl.enqueue_copy(self.queue, array, buf, is_blocking=True)
+
+    def copy(self, dst: Any, src: Any, src_offset: int, dst_offset: int, region: tuple[int, int, int],
+             src_pitches: tuple[int, int], dst_pitches: tuple[int, int]) -> None:
+        if region[1] == 1 and region[2] == 1:
+            self.cl.enqueue_copy(self.queue, dst, src, byte_count=region[0], src_offset=src_offset,
+                                 dst_offset=dst_offset)
+            return
+        # clEnqueueCopyBufferRect: origins are (bytes, rows, slices); an offset goes in the byte coordinate.
+        self.cl.enqueue_copy(self.queue, dst, src, src_origin=(src_offset, 0, 0), dst_origin=(dst_offset, 0, 0),
+                             region=region, src_pitches=src_pitches, dst_pitches=dst_pitches)
+
+    def finish(self) -> None:
+        self.queue.finish()
 
 
 def _keep_source(art: Artifact, workdir: Path | None) -> Path:

@@ -1,0 +1,1 @@
+"""Model formats Roller reads: each turns a model into a ``roller.graph.Graph``."""

@@ -1,0 +1,186 @@
+"""What a translation of one ONNX node works with: the values it reads (shape, dtype, constant or not), and the
+steps it adds to the graph (Roller operators, views, copies, constants).
+
+Every node whose inputs are all constants is evaluated at import with ONNX's own reference evaluator
+(``onnx.reference``), so shape arithmetic (Shape, Gather, Concat, ConstantOfShape, Cast of constants...) never
+reaches the device.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from roller.errors import InputError
+from roller.graph.ir import CopyNode, Graph, OpNode, Piece, Value, ViewNode
+from roller.ir.build import Where, build_expr
+
+#: ONNX element types a value on the device may have, and Roller's name for them
+DEVICE_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+                onnx.TensorProto.BFLOAT16: "bfloat16"}
+# The default-domain opsets the importer reads: from 11 to the installed onnx package's newest (the releases
+# after 21 changed none of the translated ops' meaning, only the types they take).
+OPSETS = (11, onnx.defs.onnx_opset_version())
+
+Translator = Callable[["Context", onnx.NodeProto], None]
+TRANSLATORS: dict[str, Translator] = {}
+
+
+def translates(*op_types: str) -> Callable[[Translator], Translator]:
+    """Register a translation for ONNX op types of the default domain."""
+    def register(fn: Translator) -> Translator:
+        for t in op_types:
+            TRANSLATORS[t] = fn
+        return fn
+    return register
+
+
+def fmt(x: float) -> str:
+    """A float32 constant as an expression literal, exactly (the float32 value, printed in full)."""
+    v = float(np.float32(x))
+    if not np.isfinite(v):
+        raise ValueError(f"cannot inline {x!r}")
+    return repr(v)
+
+
+class Context:
+    def __init__(self, graph: Graph, source: str, opset: int) -> None:
+        self.graph = graph
+        self.source = source
+        self.opset = opset
+        self.folded: dict[str, np.ndarray] = {}   # constants of any dtype (shape arithmetic); never uploaded
+        self._names: set[str] = set(graph.values)
+        self._count = 0
+
+    # -- errors ---------------------------------------------------------------------------------------------
+    def where(self, node: onnx.NodeProto) -> str:
+        return f"node {node.name!r} ({node.op_type})" if node.name else f"a {node.op_type} node"
+
+    def error(self, node: onnx.NodeProto, message: str) -> InputError:
+        return InputError(message, source=self.source, field=self.where(node))
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        return self.graph.values[name]
+
+    def has(self, node: onnx.NodeProto, i: int) -> bool:
+        """Whether optional input ``i`` is given."""
+        return len(node.input) > i and node.input[i] != ""
+
+    def const(self, name: str) -> np.ndarray | None:
+        """The constant value of ``name`` (a weight or a folded value), or None when it is computed."""
+        if name in self.folded:
+            return self.folded[name]
+        return self.graph.constants.get(name)
+
+    def const_input(self, node: onnx.NodeProto, i: int, what: str) -> np.ndarray:
+        """Input ``i``, which must be a constant (shapes, axes, pads...)."""
+        if not self.has(node, i):
+            raise self.error(node, f"input {i} ({what}) is missing")
+        c = self.const(node.input[i])
+        if c is None:
+            raise self.error(node, f"input {i} ({what}) must be a constant known at import; here it is computed "
+                                   "by the model (dynamic shapes are not supported yet)")
+        return c
+
+    def attr(self, node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+        for a in node.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+    def ints(self, node: onnx.NodeProto, name: str, default: Sequence[int] | None = None) -> list[int]:
+        v = self.attr(node, name, default)
+        return [int(x) for x in v] if v is not None else []
+
+    def device_value(self, node: onnx.NodeProto, i: int) -> Value:
+        """Input ``i`` as a value kernels read: a computed float tensor, or a constant (uploaded as a weight)."""
+        name = node.input[i]
+        if name in self.graph.values:
+            return self.graph.values[name]
+        c = self.folded.get(name)
+        if c is not None and np.issubdtype(c.dtype, np.floating):
+            return self.graph.values[self.add_const(c.astype(np.float32, copy=False), name)]
+        raise self.error(node, f"input {i} ({name!r}) is a {self.dtype_name(name)} tensor; kernels read float "
+                               "tensors only")
+
+    def dtype_name(self, name: str) -> str:
+        c = self.const(name)
+        if c is not None:
+            return str(c.dtype)
+        return self.graph.values[name].dtype if name in self.graph.values else "unknown"
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        """A value name not used yet."""
+        base = re.sub(r"[^A-Za-z0-9_.:/-]", "_", hint) or "v"
+        name = base
+        while name in self._names:
+            self._count += 1
+            name = f"{base}#{self._count}"
+        self._names.add(name)
+        return name
+
+    def declare(self, name: str, shape: Sequence[int], dtype: str = "float32") -> str:
+        self._names.add(name)
+        self.graph.values[name] = Value(name, tuple(int(d) for d in shape), dtype)
+        return name
+
+    def add_const(self, array: np.ndarray, hint: str) -> str:
+        """A weight the device holds (uploaded once per model)."""
+        if hint in self.graph.constants and self.graph.constants[hint] is array:
+            return hint
+        name = hint if hint not in self._names else self.fresh(hint)
+        arr = np.ascontiguousarray(array, dtype=np.float32)
+        self.declare(name, arr.shape)
+        self.graph.constants[name] = arr
+        return name
+
+    def fold(self, name: str, array: np.ndarray) -> None:
+        """``name`` is a constant known at import (not uploaded unless a kernel reads it)."""
+        self._names.add(name)
+        self.folded[name] = np.asarray(array)
+
+    def kernel(self, node: onnx.NodeProto, text: str, inputs: Mapping[str, str], output: str,
+               shape: Sequence[int], *, pad_value: float = 0.0, extents: Mapping[str, int] | None = None,
+               kind: str | None = None, dtype: str = "float32") -> str:
+        """A Roller operator: ``text`` in index notation over local tensor names (``inputs`` maps each to a
+        value; the output is ``Y``); declares and returns ``output``."""
+        shapes = {t: list(self.graph.values[v].shape) for t, v in inputs.items()}
+        shapes["Y"] = [int(d) for d in shape]
+        dtypes = {t: self.graph.values[v].dtype for t, v in inputs.items()}
+        dtypes["Y"] = dtype
+        kind = kind or node.op_type.lower()
+        self._count += 1
+        name = re.sub(r"[^a-z0-9]", "", kind) or "op"
+        try:
+            expr = build_expr(f"{name}_{self._count}", text, shapes, dtypes=dtypes, pad_value=pad_value,
+                              extents=dict(extents or {}), kind=kind, where=Where(self.source, self.where(node)))
+        except InputError as err:   # a translation that builds a bad expression is a bug: say which
+            raise InputError(f"internal error translating it: {err.bare} [{text}]", source=self.source,
+                             field=self.where(node)) from None
+        order = [t.name for t in expr.inputs]
+        self.declare(output, shape, dtype)
+        self.graph.nodes.append(OpNode(node.name or node.op_type, expr, tuple(inputs[t] for t in order), output,
+                                       self.where(node)))
+        return output
+
+    def view(self, node: onnx.NodeProto, source: str, output: str, shape: Sequence[int]) -> str:
+        src = self.graph.values[source]
+        self.declare(output, shape, src.dtype)
+        self.graph.nodes.append(ViewNode(node.name or node.op_type, source, output, self.where(node)))
+        return output
+
+    def copy(self, node: onnx.NodeProto, pieces: Sequence[Piece], output: str, shape: Sequence[int]) -> str:
+        dtype = self.graph.values[pieces[0].source].dtype
+        self.declare(output, shape, dtype)
+        self.graph.nodes.append(CopyNode(node.name or node.op_type, tuple(pieces), output, self.where(node)))
+        return output
+
+
+def tensor_array(t: onnx.TensorProto) -> np.ndarray:
+    return numpy_helper.to_array(t)

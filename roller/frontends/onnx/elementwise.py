@@ -1,0 +1,235 @@
+"""Elementwise ONNX ops with numpy broadcasting: one Roller operator each, whatever the chain."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+
+from roller.frontends.onnx.context import Context, fmt, translates
+
+Operand = str   # an expression: a read like "A[i0,0,i2]" or a literal
+
+
+def axes(rank: int) -> list[str]:
+    return [f"i{d}" for d in range(rank)]
+
+
+def broadcast_shape(ctx: Context, node: onnx.NodeProto, shapes: Sequence[Sequence[int]]) -> list[int]:
+    try:
+        return [int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes])]
+    except ValueError:
+        raise ctx.error(node, f"inputs of shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast") \
+            from None
+
+
+def read(tensor: str, shape: Sequence[int], out_shape: Sequence[int]) -> str:
+    """``tensor`` indexed for an output of ``out_shape`` under numpy broadcasting (size-1 dims read at 0)."""
+    names = axes(len(out_shape))
+    lead = len(out_shape) - len(shape)
+    idx = [names[lead + d] if shape[d] == out_shape[lead + d] else "0" for d in range(len(shape))]
+    return f"{tensor}[{','.join(idx)}]"
+
+
+def elementwise(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], str],
+                inputs: Sequence[int] | None = None, output: int = 0) -> str:
+    """One operator computing ``body`` of the node's inputs (all of them, or those listed) elementwise with
+    broadcasting; constant scalars are written into the expression, other inputs are read."""
+    which = list(range(len(node.input))) if inputs is None else list(inputs)
+    which = [i for i in which if ctx.has(node, i)]
+    shapes = []
+    for i in which:
+        c = ctx.const(node.input[i])
+        shapes.append(list(c.shape) if c is not None else list(ctx.value(node.input[i]).shape))
+    out_shape = broadcast_shape(ctx, node, shapes)
+    if not out_shape:   # a scalar result: computed as one element, then viewed as rank 0
+        tmp = ctx.fresh(node.output[output] + ":1")
+        _emit(ctx, node, body, which, shapes, [1], tmp, lift=True)
+        return ctx.view(node, tmp, node.output[output], [])
+    return _emit(ctx, node, body, which, shapes, out_shape, node.output[output])
+
+
+def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], str], which: list[int],
+          shapes: list[list[int]], out_shape: list[int], out: str, lift: bool = False) -> str:
+    operands: list[Operand] = []
+    tensors: dict[str, str] = {}
+    for k, (i, shape) in enumerate(zip(which, shapes)):
+        name = node.input[i]
+        c = ctx.const(name)
+        if c is not None and c.size == 1 and np.issubdtype(c.dtype, np.number):
+            operands.append(fmt(float(c.reshape(-1)[0])))
+            continue
+        v = ctx.device_value(node, i)
+        if lift and not shape:
+            v = ctx.graph.values[ctx.view(node, v.name, ctx.fresh(v.name + ":1"), [1])]
+            shape = [1]
+        t = f"T{k}"
+        tensors[t] = v.name
+        operands.append(read(t, shape, out_shape))
+    names = axes(len(out_shape))
+    return ctx.kernel(node, f"Y[{','.join(names)}] = {body(operands)}", tensors, out, out_shape)
+
+
+def _binary(op: str) -> Callable[[list[Operand]], str]:
+    return lambda x: f"({x[0]}) {op} ({x[1]})"
+
+
+@translates("Add", "Sub", "Mul", "Div")
+def arithmetic(ctx: Context, node: onnx.NodeProto) -> None:
+    elementwise(ctx, node, _binary({"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[node.op_type]))
+
+
+@translates("Sum", "Mean", "Max", "Min")
+def variadic(ctx: Context, node: onnx.NodeProto) -> None:
+    n = len([i for i in node.input if i])
+    if node.op_type in ("Sum", "Mean"):
+        total = lambda x: " + ".join(f"({a})" for a in x)
+        body = total if node.op_type == "Sum" else (lambda x: f"({total(x)}) / {fmt(n)}")
+    else:
+        fn = node.op_type.lower()
+
+        def body(x: list[Operand]) -> str:
+            acc = x[0]
+            for a in x[1:]:
+                acc = f"{fn}({acc}, {a})"
+            return acc
+    elementwise(ctx, node, body)
+
+
+UNARY = {
+    "Relu": lambda a: f"relu({a})",
+    "Sigmoid": lambda a: f"sigmoid({a})",
+    "Tanh": lambda a: f"tanh({a})",
+    "Erf": lambda a: f"erf({a})",
+    "Exp": lambda a: f"exp({a})",
+    "Log": lambda a: f"log({a})",
+    "Sqrt": lambda a: f"sqrt({a})",
+    "Abs": lambda a: f"abs({a})",
+    "Neg": lambda a: f"-({a})",
+    "Reciprocal": lambda a: f"1.0 / ({a})",
+    "Softsign": lambda a: f"({a}) / (1.0 + abs({a}))",
+    # log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|)
+    "Softplus": lambda a: f"relu({a}) + log(1.0 + exp(-abs({a})))",
+}
+
+
+@translates(*UNARY)
+def unary(ctx: Context, node: onnx.NodeProto) -> None:
+    fn = UNARY[node.op_type]
+    elementwise(ctx, node, lambda x: fn(x[0]), inputs=[0])
+
+
+@translates("Clip")
+def clip(ctx: Context, node: onnx.NodeProto) -> None:
+    if ctx.opset < 11:
+        lo, hi = ctx.attr(node, "min", None), ctx.attr(node, "max", None)
+    else:
+        lo = float(ctx.const_input(node, 1, "min").reshape(-1)[0]) if ctx.has(node, 1) else None
+        hi = float(ctx.const_input(node, 2, "max").reshape(-1)[0]) if ctx.has(node, 2) else None
+
+    def body(x: list[Operand]) -> str:
+        e = x[0]
+        if hi is not None:
+            e = f"min({e}, {fmt(hi)})"
+        if lo is not None:
+            e = f"max({e}, {fmt(lo)})"
+        return e
+    elementwise(ctx, node, body, inputs=[0])
+
+
+@translates("LeakyRelu")
+def leaky_relu(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(ctx.attr(node, "alpha", 0.01))
+    # x for x >= 0, alpha x below: the larger of the two when alpha <= 1, the smaller when alpha > 1
+    fn = "max" if alpha <= 1 else "min"
+    elementwise(ctx, node, lambda x: f"{fn}({x[0]}, {fmt(alpha)} * ({x[0]}))", inputs=[0])
+
+
+@translates("Elu", "Selu", "Celu")
+def elu(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(ctx.attr(node, "alpha", {"Elu": 1.0, "Celu": 1.0, "Selu": 1.6732632423543772}[node.op_type]))
+    gamma = float(ctx.attr(node, "gamma", 1.0507009873554805)) if node.op_type == "Selu" else 1.0
+    scale = 1.0 / alpha if node.op_type == "Celu" else 1.0
+
+    def body(x: list[Operand]) -> str:
+        neg = f"{fmt(alpha)} * (exp({fmt(scale)} * min({x[0]}, 0.0)) - 1.0)"
+        e = f"relu({x[0]}) + min({neg}, 0.0)"
+        return e if gamma == 1.0 else f"{fmt(gamma)} * ({e})"
+    elementwise(ctx, node, body, inputs=[0])
+
+
+@translates("HardSigmoid", "HardSwish")
+def hard_sigmoid(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(ctx.attr(node, "alpha", 0.2 if node.op_type == "HardSigmoid" else 1 / 6))
+    beta = float(ctx.attr(node, "beta", 0.5))
+
+    def body(x: list[Operand]) -> str:
+        hs = f"max(0.0, min(1.0, {fmt(alpha)} * ({x[0]}) + {fmt(beta)}))"
+        return hs if node.op_type == "HardSigmoid" else f"({x[0]}) * {hs}"
+    elementwise(ctx, node, body, inputs=[0])
+
+
+@translates("Gelu")
+def gelu(ctx: Context, node: onnx.NodeProto) -> None:
+    approx = ctx.attr(node, "approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else str(approx)
+    if approx == "tanh":
+        k = math.sqrt(2 / math.pi)
+        body = lambda x: (f"0.5 * ({x[0]}) * (1.0 + tanh({fmt(k)} * (({x[0]}) + "
+                          f"0.044715 * ({x[0]}) * ({x[0]}) * ({x[0]}))))")
+    elif approx == "none":
+        body = lambda x: f"0.5 * ({x[0]}) * (1.0 + erf(({x[0]}) * {fmt(1 / math.sqrt(2))}))"
+    else:
+        raise ctx.error(node, f"approximate={approx!r} is not supported (none, tanh)")
+    elementwise(ctx, node, body, inputs=[0])
+
+
+@translates("Pow")
+def power(ctx: Context, node: onnx.NodeProto) -> None:
+    """x^e for a constant e: products for small integers, square roots for halves, exp(e log x) otherwise
+    (NaN for a negative base, as pow gives for a non-integer exponent)."""
+    e = ctx.const(node.input[1])
+    if e is None or e.size != 1:
+        raise ctx.error(node, "the exponent must be a constant scalar")
+    p = float(e.reshape(-1)[0])
+
+    def body(x: list[Operand]) -> str:
+        a = x[0]
+        if p == 0:
+            return f"({a}) * 0.0 + 1.0"
+        if p.is_integer() and 1 <= abs(p) <= 4:
+            prod = " * ".join([f"({a})"] * int(abs(p)))
+            return prod if p > 0 else f"1.0 / ({prod})"
+        if p == 0.5:
+            return f"sqrt({a})"
+        if p == -0.5:
+            return f"rsqrt({a})"
+        return f"exp({fmt(p)} * log({a}))"
+    elementwise(ctx, node, body, inputs=[0])
+
+
+@translates("Identity", "Dropout")
+def identity(ctx: Context, node: onnx.NodeProto) -> None:
+    if len(node.output) > 1 and node.output[1]:
+        raise ctx.error(node, "the mask output of Dropout is not supported (inference needs none)")
+    src = ctx.device_value(node, 0)
+    ctx.view(node, src.name, node.output[0], src.shape)
+
+
+@translates("Cast")
+def cast(ctx: Context, node: onnx.NodeProto) -> None:
+    to = int(ctx.attr(node, "to"))
+    src = ctx.device_value(node, 0)
+    from roller.frontends.onnx.context import DEVICE_TYPES
+
+    if to not in DEVICE_TYPES:
+        raise ctx.error(node, f"a cast of a computed tensor to {onnx.TensorProto.DataType.Name(to)} is not "
+                              "supported (float types only)")
+    target = DEVICE_TYPES[to]
+    if target == src.dtype:
+        ctx.view(node, src.name, node.output[0], src.shape)
+        return
+    names = axes(len(src.shape))
+    idx = ",".join(names)
+    ctx.kernel(node, f"Y[{idx}] = X[{idx}]", {"X": src.name}, node.output[0], src.shape, dtype=target)

@@ -1,0 +1,175 @@
+"""ONNX model -> ``roller.graph.Graph``.
+
+The model is checked with ``onnx.checker``; inputs need static shapes (given in the model, or by ``shapes``);
+nodes are translated in order (an ONNX graph is sorted): a node whose inputs are all known at import is
+evaluated by ``onnx.reference`` instead, everything else by its translation (``TRANSLATORS``). Anything not
+supported is one ``InputError`` naming the node, its op type and what is supported (exit 2).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+
+from roller.errors import InputError
+from roller.frontends.onnx.context import DEVICE_TYPES, OPSETS, TRANSLATORS, Context, tensor_array
+from roller.frontends.onnx.rewrite import fold_batchnorm
+from roller.graph.ir import Graph
+from roller.graph.passes import remove_dead
+
+#: the largest model file read (protobuf's own limit is 2 GiB; external data is not supported)
+MAX_MODEL_BYTES = 2**31 - 1
+ModelLike = str | os.PathLike | onnx.ModelProto | bytes
+
+
+def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
+    """(ModelProto, name for messages) from a path, serialised bytes or a ModelProto."""
+    if isinstance(model, onnx.ModelProto):
+        return model, model.graph.name or "<model>"
+    if isinstance(model, bytes):
+        return _parse(model, "<bytes>"), "<bytes>"
+    path = Path(os.fspath(model))
+    try:
+        size = path.stat().st_size
+        if size > MAX_MODEL_BYTES:
+            raise InputError(f"model file is {size} bytes; at most {MAX_MODEL_BYTES} are read", source=str(path))
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such model file", source=str(path)) from None
+    except (IsADirectoryError, PermissionError) as err:
+        raise InputError(f"cannot read the model: {err.__class__.__name__}", source=str(path)) from None
+    return _parse(data, str(path)), str(path)
+
+
+def _parse(data: bytes, source: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as err:  # noqa: BLE001 - protobuf raises its own DecodeError and friends
+        raise InputError(f"not an ONNX model ({err.__class__.__name__})", source=source) from None
+    if not proto.graph.node and not proto.graph.output:
+        raise InputError("not an ONNX model (no graph)", source=source)
+    return proto
+
+
+def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """The graph of ``model``; ``shapes`` gives (or overrides) input shapes by input name."""
+    proto, source = load_model(model)
+    opset = _opset(proto, source)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
+        raise InputError(f"invalid ONNX model: {first}", source=source) from None
+    proto = fold_batchnorm(proto)
+    g = proto.graph
+    graph = Graph(name=g.name or Path(source).stem or "model")
+    ctx = Context(graph, source, opset)
+    for init in g.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            raise InputError(f"initializer {init.name!r} keeps its data in an external file, which is not "
+                             "supported; save the model with the weights inside", source=source)
+        ctx.fold(init.name, tensor_array(init))
+    for inp in g.input:
+        if inp.name in ctx.folded:
+            continue   # an initializer listed as an input (older exporters): a weight
+        graph.inputs.append(_input(ctx, inp, shapes or {}, source))
+    unknown = set(shapes or {}) - set(graph.inputs)
+    if unknown:
+        raise InputError(f"--shape names no input of the model: {', '.join(sorted(unknown))} (inputs: "
+                         f"{', '.join(graph.inputs)})", source=source)
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            raise ctx.error(node, f"op domain {node.domain!r} is not supported (only the default ONNX domain)")
+        given = [i for i in node.input if i]
+        if all(ctx.const(i) is not None for i in given) and node.op_type not in NEVER_FOLD:
+            _fold(ctx, proto, node)
+            continue
+        fn = TRANSLATORS.get(node.op_type)
+        if fn is None:
+            raise ctx.error(node, f"op type {node.op_type} is not supported; supported: "
+                                  f"{', '.join(sorted(TRANSLATORS))}")
+        fn(ctx, node)
+    for out in g.output:
+        if out.name not in graph.values:
+            c = ctx.folded.get(out.name)
+            if c is None:
+                raise InputError(f"output {out.name!r} is never computed", source=source)
+            if not np.issubdtype(c.dtype, np.floating):
+                raise InputError(f"output {out.name!r} is a constant {c.dtype} tensor; only float outputs are "
+                                 "supported", source=source)
+            ctx.add_const(c, out.name)
+        graph.outputs.append(out.name)
+    graph = remove_dead(graph)
+    graph.check()
+    return graph
+
+
+#: ops that are never evaluated at import even with constant inputs (random, or a view of a weight: cheaper
+#: to keep as a view than to copy)
+NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"})
+
+
+def _opset(proto: onnx.ModelProto, source: str) -> int:
+    version = None
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            version = imp.version
+    if version is None:
+        raise InputError("the model imports no default-domain opset", source=source)
+    lo, hi = OPSETS
+    if not lo <= version <= hi:
+        raise InputError(f"opset {version} is not supported (opsets {lo}-{hi} are); convert it with "
+                         f"onnx.version_converter.convert_version", source=source)
+    return version
+
+
+def _input(ctx: Context, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]], source: str) -> str:
+    t = inp.type.tensor_type
+    if not inp.type.HasField("tensor_type"):
+        raise InputError(f"input {inp.name!r} is not a tensor", source=source)
+    if t.elem_type not in DEVICE_TYPES:
+        name = onnx.TensorProto.DataType.Name(t.elem_type)
+        raise InputError(f"input {inp.name!r} has element type {name}; model inputs must be float "
+                         f"({', '.join(DEVICE_TYPES.values())})", source=source)
+    if inp.name in shapes:
+        dims = [int(d) for d in shapes[inp.name]]
+        if any(d <= 0 for d in dims):
+            raise InputError(f"--shape {inp.name}: expected positive sizes, got {dims}", source=source)
+        if t.HasField("shape") and len(t.shape.dim) != len(dims):
+            raise InputError(f"--shape {inp.name}: the model's input has rank {len(t.shape.dim)}, got {dims}",
+                             source=source)
+    else:
+        if not t.HasField("shape"):
+            raise InputError(f"input {inp.name!r} has no shape in the model; give one with --shape "
+                             f"{inp.name}=D0,D1,... (shapes={{...}} in Python)", source=source)
+        dims = []
+        for i, d in enumerate(t.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            else:
+                what = f"'{d.dim_param}'" if d.HasField("dim_param") else "unknown"
+                raise InputError(f"input {inp.name!r} dimension {i} is {what}; give static sizes with --shape "
+                                 f"{inp.name}=D0,D1,... (shapes={{...}} in Python)", source=source)
+    return ctx.declare(inp.name, dims, DEVICE_TYPES[t.elem_type])
+
+
+def _fold(ctx: Context, proto: onnx.ModelProto, node: onnx.NodeProto) -> None:
+    """Evaluate a node whose inputs are all constants, with ONNX's reference implementation."""
+    feeds = {i: ctx.const(i) for i in node.input if i}
+    inputs = [onnx.helper.make_tensor_value_info(i, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for i, a in feeds.items()]
+    outputs = [onnx.helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    model = onnx.helper.make_model(onnx.helper.make_graph([node], "fold", inputs, outputs),
+                                   opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as err:  # noqa: BLE001 - the reference raises anything; the node is at fault
+        raise ctx.error(node, f"evaluating it at import failed: {err.__class__.__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    for name, value in zip([o for o in node.output if o], results):
+        ctx.fold(name, np.asarray(value))

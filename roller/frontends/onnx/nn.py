@@ -1,0 +1,278 @@
+"""Convolutions, matrix products, pooling and reductions: the operators Roller constructs kernels for."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+
+from roller.frontends.onnx.context import Context, fmt, translates
+from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
+
+# -- windows (convolution and pooling) -----------------------------------------------------------------------
+
+def window(ctx: Context, node: onnx.NodeProto, spatial: list[int], kernel: list[int],
+           ceil_mode: bool = False) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(strides, dilations, pads before, output sizes) of a window op, from its attributes (auto_pad too)."""
+    n = len(spatial)
+    strides = ctx.ints(node, "strides") or [1] * n
+    dil = ctx.ints(node, "dilations") or [1] * n
+    pads = ctx.ints(node, "pads") or [0] * (2 * n)
+    auto = ctx.attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if len(strides) != n or len(dil) != n or len(pads) != 2 * n:
+        raise ctx.error(node, f"strides, dilations and pads must have {n}, {n} and {2 * n} entries for a "
+                              f"{n}-d window")
+    if any(s <= 0 for s in strides) or any(d <= 0 for d in dil) or any(p < 0 for p in pads):
+        raise ctx.error(node, "strides and dilations must be positive, pads not negative")
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-x // s) for x, s in zip(spatial, strides)]
+        total = [max(0, (o - 1) * s + e - x) for o, s, e, x in zip(out, strides, eff, spatial)]
+        before = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        return strides, dil, before, out
+    if auto == "VALID":
+        out = [(x - e) // s + 1 for x, e, s in zip(spatial, eff, strides)]
+        return strides, dil, [0] * n, out
+    if auto != "NOTSET":
+        raise ctx.error(node, f"auto_pad={auto!r} is not supported (NOTSET, SAME_UPPER, SAME_LOWER, VALID)")
+    before, after = pads[:n], pads[n:]
+    out = []
+    for x, e, s, b, a in zip(spatial, eff, strides, before, after):
+        span = x + b + a - e
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= x + b:
+            o -= 1   # a window may not start in the right padding (ONNX and PyTorch agree)
+        out.append(o)
+    if any(o <= 0 for o in out):
+        raise ctx.error(node, f"the window does not fit: input {spatial}, kernel {kernel}, output {out}")
+    return strides, dil, before, out
+
+
+def _window_index(out_axis: str, win_axis: str, stride: int, dil: int, before: int) -> str:
+    parts = [f"{stride}*{out_axis}" if stride != 1 else out_axis,
+             f"{dil}*{win_axis}" if dil != 1 else win_axis]
+    text = "+".join(parts)
+    return f"{text}-{before}" if before > 0 else text
+
+
+@translates("Conv")
+def conv(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.device_value(node, 0)
+    w_const = ctx.const(node.input[1])
+    w = ctx.device_value(node, 1)
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ctx.error(node, f"expected input [N, C, spatial...] and weight of the same rank, got {list(x.shape)} "
+                              f"and {list(w.shape)}")
+    n, c, spatial = x.shape[0], x.shape[1], list(x.shape[2:])
+    f, cg, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
+    group = int(ctx.attr(node, "group", 1))
+    if group <= 0 or c % group or f % group or c // group != cg:
+        raise ctx.error(node, f"group={group} does not fit input channels {c}, weight {list(w.shape)}")
+    given = ctx.ints(node, "kernel_shape")
+    if given and given != kernel:
+        raise ctx.error(node, f"kernel_shape {given} differs from the weight's {kernel}")
+    strides, dil, before, out = window(ctx, node, spatial, kernel)
+    o_ax = [f"o{d}" for d in range(len(spatial))]
+    k_ax = [f"k{d}" for d in range(len(spatial))]
+    x_sp = [_window_index(o, k, s, d, b) for o, k, s, d, b in zip(o_ax, k_ax, strides, dil, before)]
+    y = node.output[0] if not ctx.has(node, 2) else ctx.fresh(node.output[0] + ":conv")
+    fg = f // group
+    if group == 1:
+        # The named conv2d's form (X first, W second): construction lowers it as an implicit GEMM.
+        text = (f"Y[n,f,{','.join(o_ax)}] += X[n,c,{','.join(x_sp)}] * W[f,c,{','.join(k_ax)}]")
+        ctx.kernel(node, text, {"X": x.name, "W": w.name}, y, [n, f, *out], kind="conv2d")
+    elif cg == 1 and fg == 1:
+        # depthwise: one filter per channel
+        wv = ctx.view(node, w.name, ctx.fresh(w.name + ":dw"), [c, *kernel]) if w_const is None else \
+            ctx.add_const(w_const.reshape(c, *kernel), w.name + ":dw")
+        text = f"Y[n,c,{','.join(o_ax)}] += X[n,c,{','.join(x_sp)}] * W[c,{','.join(k_ax)}]"
+        ctx.kernel(node, text, {"X": x.name, "W": wv}, y, [n, c, *out], kind="depthwise_conv2d")
+    else:
+        xv = ctx.view(node, x.name, ctx.fresh(x.name + ":g"), [n, group, cg, *spatial])
+        wv = ctx.view(node, w.name, ctx.fresh(w.name + ":g"), [group, fg, cg, *kernel])
+        yg = ctx.fresh(y + ":g")
+        text = (f"Y[n,g,f,{','.join(o_ax)}] += X[n,g,c,{','.join(x_sp)}] * W[g,f,c,{','.join(k_ax)}]")
+        ctx.kernel(node, text, {"X": xv, "W": wv}, yg, [n, group, fg, *out], kind="grouped_conv")
+        ctx.view(node, yg, y, [n, f, *out])
+    if ctx.has(node, 2):
+        b = ctx.device_value(node, 2)
+        if b.shape != (f,):
+            raise ctx.error(node, f"bias must have shape [{f}], got {list(b.shape)}")
+        names = axes(2 + len(out))
+        ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(names)}] + B[{names[1]}]",
+                   {"X": y, "B": b.name}, node.output[0], [n, f, *out], kind="bias")
+
+
+# -- matrix products -------------------------------------------------------------------------------------------
+
+@translates("Gemm")
+def gemm(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    beta = float(ctx.attr(node, "beta", 1.0))
+    ta, tb = int(ctx.attr(node, "transA", 0)), int(ctx.attr(node, "transB", 0))
+    a, b = ctx.device_value(node, 0), ctx.device_value(node, 1)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ctx.error(node, f"expected 2-d A and B, got {list(a.shape)} and {list(b.shape)}")
+    m, k = (a.shape[1], a.shape[0]) if ta else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if k != k2:
+        raise ctx.error(node, f"A {list(a.shape)} (transA={ta}) and B {list(b.shape)} (transB={tb}) do not multiply")
+    ra = "A[k,m]" if ta else "A[m,k]"
+    rb = "B[n,k]" if tb else "B[k,n]"
+    scale = "" if alpha == 1.0 else f" * {fmt(alpha)}"
+    has_c = ctx.has(node, 2) and beta != 0.0
+    y = ctx.fresh(node.output[0] + ":mm") if has_c else node.output[0]
+    ctx.kernel(node, f"Y[m,n] += {ra} * {rb}{scale}", {"A": a.name, "B": b.name}, y, [m, n], kind="matmul")
+    if has_c:
+        cval = ctx.const(node.input[2])
+        cshape = list(cval.shape) if cval is not None else list(ctx.value(node.input[2]).shape)
+        broadcast_shape(ctx, node, [cshape, [m, n]])
+        c_v = ctx.device_value(node, 2)
+        term = read("C", cshape, [m, n]).replace("i0", "m").replace("i1", "n")
+        cterm = term if beta == 1.0 else f"{fmt(beta)} * {term}"
+        ctx.kernel(node, f"Y[m,n] = P[m,n] + {cterm}", {"P": y, "C": c_v.name}, node.output[0], [m, n],
+                   kind="bias")
+
+
+@translates("MatMul")
+def matmul(ctx: Context, node: onnx.NodeProto) -> None:
+    a, b = ctx.device_value(node, 0), ctx.device_value(node, 1)
+    sa, sb = list(a.shape), list(b.shape)
+    if not sa or not sb:
+        raise ctx.error(node, "MatMul of a scalar is not defined")
+    # numpy's rules: a 1-d A is a row, a 1-d B a column, dropped again from the result
+    a_name, b_name = a.name, b.name
+    if len(sa) == 1:
+        a_name, sa = ctx.view(node, a.name, ctx.fresh(a.name + ":row"), [1, sa[0]]), [1, sa[0]]
+    if len(sb) == 1:
+        b_name, sb = ctx.view(node, b.name, ctx.fresh(b.name + ":col"), [sb[0], 1]), [sb[0], 1]
+    if sa[-1] != sb[-2]:
+        raise ctx.error(node, f"shapes {list(a.shape)} and {list(b.shape)} do not multiply")
+    batch = broadcast_shape(ctx, node, [sa[:-2], sb[:-2]])
+    out_shape = [*batch, sa[-2], sb[-1]]
+    nb = len(batch)
+    bax = [f"b{d}" for d in range(nb)]
+
+    def operand(t: str, shape: list[int], inner: list[str]) -> str:
+        lead = nb - (len(shape) - 2)
+        idx = [bax[lead + d] if shape[d] == batch[lead + d] else "0" for d in range(len(shape) - 2)]
+        return f"{t}[{','.join(idx + inner)}]"
+
+    y_idx = ",".join([*bax, "m", "n"])
+    final = [*batch, *([sa[-2]] if len(a.shape) > 1 else []), *([sb[-1]] if len(b.shape) > 1 else [])]
+    y = node.output[0] if final == out_shape else ctx.fresh(node.output[0] + ":mm")
+    kind = "matmul" if nb == 0 else "batch_matmul"
+    ctx.kernel(node, f"Y[{y_idx}] += {operand('A', sa, ['m', 'k'])} * {operand('B', sb, ['k', 'n'])}",
+               {"A": a_name, "B": b_name}, y, out_shape, kind=kind)
+    if y != node.output[0]:
+        ctx.view(node, y, node.output[0], final)
+
+
+# -- pooling -------------------------------------------------------------------------------------------------
+
+@translates("MaxPool", "AveragePool")
+def pool(ctx: Context, node: onnx.NodeProto) -> None:
+    if len([o for o in node.output if o]) > 1:
+        raise ctx.error(node, "the Indices output of MaxPool is not supported")
+    x = ctx.device_value(node, 0)
+    n, c, spatial = x.shape[0], x.shape[1], list(x.shape[2:])
+    kernel = ctx.ints(node, "kernel_shape")
+    if len(kernel) != len(spatial):
+        raise ctx.error(node, f"kernel_shape {kernel} does not match the {len(spatial)} spatial dims of "
+                              f"{list(x.shape)}")
+    if int(ctx.attr(node, "storage_order", 0)):
+        raise ctx.error(node, "storage_order=1 is not supported")
+    ceil_mode = bool(ctx.attr(node, "ceil_mode", 0))
+    strides, dil, before, out = window(ctx, node, spatial, kernel, ceil_mode)
+    o_ax = [f"o{d}" for d in range(len(spatial))]
+    k_ax = [f"k{d}" for d in range(len(spatial))]
+    x_sp = [_window_index(o, k, s, d, b) for o, k, s, d, b in zip(o_ax, k_ax, strides, dil, before)]
+    extents = dict(zip(k_ax, kernel))
+    y_idx = f"Y[n,c,{','.join(o_ax)}]"
+    if node.op_type == "MaxPool":
+        ctx.kernel(node, f"{y_idx} max= X[n,c,{','.join(x_sp)}]", {"X": x.name}, node.output[0], [n, c, *out],
+                   pad_value=float("-inf"), extents=extents, kind="maxpool")
+        return
+    include = bool(ctx.attr(node, "count_include_pad", 0))
+    pads = ctx.ints(node, "pads") or [0] * (2 * len(spatial))
+    after = pads[len(spatial):] if len(pads) == 2 * len(spatial) else [0] * len(spatial)
+    inv = divisors(spatial, kernel, strides, dil, before, after, out, include)
+    d = ctx.add_const(inv, ctx.fresh(node.output[0] + ":inv_count"))
+    ctx.kernel(node, f"{y_idx} += X[n,c,{','.join(x_sp)}] * D[{','.join(o_ax)}]", {"X": x.name, "D": d},
+               node.output[0], [n, c, *out], extents=extents, kind="avgpool")
+
+
+def divisors(spatial: list[int], kernel: list[int], strides: list[int], dil: list[int], before: list[int],
+             after: list[int], out: list[int], include_pad: bool) -> np.ndarray:
+    """1 / the number of window points each output averages: those inside the input, or with
+    ``include_pad`` those inside the padded input (a window across its end counts only its part inside)."""
+    per_dim = []
+    for x, k, s, d, b, a, o in zip(spatial, kernel, strides, dil, before, after, out):
+        lo, hi = (-b, x + a) if include_pad else (0, x)
+        starts = np.arange(o) * s - b
+        points = starts[:, None] + np.arange(k)[None, :] * d
+        per_dim.append(((points >= lo) & (points < hi)).sum(axis=1))
+    count = per_dim[0].astype(np.float64)
+    for c in per_dim[1:]:
+        count = np.multiply.outer(count, c)
+    return (1.0 / np.maximum(count, 1)).astype(np.float32)
+
+
+@translates("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.device_value(node, 0)
+    n, c, spatial = x.shape[0], x.shape[1], list(x.shape[2:])
+    sp = [f"s{d}" for d in range(len(spatial))]
+    tmp = ctx.fresh(node.output[0] + ":nc")
+    if node.op_type == "GlobalMaxPool":
+        ctx.kernel(node, f"Y[n,c] max= X[n,c,{','.join(sp)}]", {"X": x.name}, tmp, [n, c], kind="reduce")
+    else:
+        ctx.kernel(node, f"Y[n,c] += X[n,c,{','.join(sp)}] * {fmt(1.0 / math.prod(spatial))}", {"X": x.name}, tmp,
+                   [n, c], kind="reduce")
+    ctx.view(node, tmp, node.output[0], [n, c] + [1] * len(spatial))
+
+
+# -- reductions ----------------------------------------------------------------------------------------------
+
+REDUCE = {"ReduceSum": "+=", "ReduceMean": "+=", "ReduceMax": "max=", "ReduceMin": "min=",
+          "ReduceSumSquare": "+=", "ReduceL1": "+="}
+
+
+@translates(*REDUCE)
+def reduce(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    attr_axes = ctx.attr(node, "axes", None)
+    if ctx.has(node, 1):
+        red = [int(a) for a in ctx.const_input(node, 1, "axes").reshape(-1)]
+    else:
+        red = [int(a) for a in attr_axes] if attr_axes is not None else []
+    if not red:
+        if int(ctx.attr(node, "noop_with_empty_axes", 0)):
+            ctx.view(node, x.name, node.output[0], x.shape)
+            return
+        red = list(range(rank))
+    red = sorted({a + rank if a < 0 else a for a in red})
+    if any(not 0 <= a < rank for a in red):
+        raise ctx.error(node, f"axes {red} out of range for rank {rank}")
+    keep = bool(ctx.attr(node, "keepdims", 1))
+    names = axes(rank)
+    kept = [names[d] for d in range(rank) if d not in red]
+    count = math.prod(x.shape[d] for d in red)
+    out_shape = [x.shape[d] for d in range(rank) if d not in red]
+    final = [1 if d in red else x.shape[d] for d in range(rank)] if keep else out_shape
+    x_name = x.name
+    if not kept:   # a reduction to one element: a unit axis to index the output with
+        names, kept = ["u", *names], ["u"]
+        x_name = ctx.view(node, x.name, ctx.fresh(x.name + ":u"), [1, *x.shape])
+    term = {"ReduceSumSquare": "X[{i}] * X[{i}]", "ReduceL1": "abs(X[{i}])"}.get(node.op_type, "X[{i}]")
+    body = term.format(i=",".join(names))
+    if node.op_type == "ReduceMean":
+        body = f"{body} * {fmt(1.0 / count)}"
+    tmp_shape = out_shape or [1]
+    y = node.output[0] if final == tmp_shape else ctx.fresh(node.output[0] + ":r")
+    ctx.kernel(node, f"Y[{','.join(kept)}] {REDUCE[node.op_type]} {body}", {"X": x_name}, y, tmp_shape,
+               kind="reduce")
+    if y != node.output[0]:
+        ctx.view(node, y, node.output[0], final)

@@ -1,0 +1,143 @@
+"""Normalisations: softmax, log-softmax, layer norm, batch norm (inference), LRN, each as a few Roller
+operators (a reduction, then an elementwise pass; the fusion work makes them one kernel)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+
+from roller.frontends.onnx.context import Context, fmt, translates
+from roller.frontends.onnx.elementwise import axes
+
+
+def _rows(ctx: Context, node: onnx.NodeProto, shape: tuple[int, ...], axis: int, legacy: bool) -> tuple[int, int]:
+    """(rows, row length) of a softmax or norm over ``axis`` (to the end of the shape when ``legacy``: the
+    opset < 13 softmax, which flattens [axis:] into one row)."""
+    rank = len(shape)
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a < rank:
+        raise ctx.error(node, f"axis {axis} out of range for rank {rank}")
+    if legacy:
+        return math.prod(shape[:a]), math.prod(shape[a:])
+    return a, shape[a]
+
+
+@translates("Softmax", "LogSoftmax")
+def softmax(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    legacy = ctx.opset < 13
+    axis = int(ctx.attr(node, "axis", 1 if legacy else -1))
+    if legacy:
+        rows, n = _rows(ctx, node, x.shape, axis, True)
+        src = ctx.view(node, x.name, ctx.fresh(x.name + ":2d"), [rows, n])
+        shape, red = [rows, n], 1
+    else:
+        red, _ = _rows(ctx, node, x.shape, axis, False)
+        src, shape = x.name, list(x.shape)
+    names = axes(len(shape))
+    kept = [nm for d, nm in enumerate(names) if d != red]
+    row_shape = [s for d, s in enumerate(shape) if d != red] or [1]
+    if not kept:
+        kept = ["u"]
+        src = ctx.view(node, src, ctx.fresh(src + ":u"), [1, *shape])
+        names, shape, red = ["u", *names], [1, *shape], red + 1
+    full, row = ",".join(names), ",".join(kept)
+    out = node.output[0] if not legacy and len(shape) == rank else ctx.fresh(node.output[0] + ":s")
+    m = ctx.kernel(node, f"Y[{row}] max= X[{full}]", {"X": src}, ctx.fresh(node.output[0] + ":max"), row_shape,
+                   kind="reduce")
+    if node.op_type == "Softmax":
+        e = ctx.kernel(node, f"Y[{full}] = exp(X[{full}] - M[{row}])", {"X": src, "M": m},
+                       ctx.fresh(node.output[0] + ":exp"), shape, kind="softmax_exp")
+        s = ctx.kernel(node, f"Y[{row}] += E[{full}]", {"E": e}, ctx.fresh(node.output[0] + ":sum"), row_shape,
+                       kind="reduce")
+        ctx.kernel(node, f"Y[{full}] = E[{full}] / S[{row}]", {"E": e, "S": s}, out, shape, kind="softmax_div")
+    else:
+        s = ctx.kernel(node, f"Y[{row}] += exp(X[{full}] - M[{row}])", {"X": src, "M": m},
+                       ctx.fresh(node.output[0] + ":sum"), row_shape, kind="reduce")
+        ctx.kernel(node, f"Y[{full}] = X[{full}] - M[{row}] - log(S[{row}])", {"X": src, "M": m, "S": s}, out,
+                   shape, kind="logsoftmax")
+    if out != node.output[0]:
+        ctx.view(node, out, node.output[0], x.shape)
+
+
+@translates("LayerNormalization")
+def layer_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    if len([o for o in node.output if o]) > 1:
+        raise ctx.error(node, "the Mean and InvStdDev outputs are not supported")
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    axis = int(ctx.attr(node, "axis", -1))
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a < rank:
+        raise ctx.error(node, f"axis {axis} out of range for rank {rank}")
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    rows, n = math.prod(x.shape[:a]), math.prod(x.shape[a:])
+    src = ctx.view(node, x.name, ctx.fresh(x.name + ":2d"), [rows, n])
+    norm_shape = list(x.shape[a:])
+    tensors = {"X": src}
+    mean = ctx.kernel(node, f"Y[r] += X[r,c] * {fmt(1.0 / n)}", tensors, ctx.fresh(node.output[0] + ":mean"), [rows],
+                      kind="reduce")
+    var = ctx.kernel(node, f"Y[r] += (X[r,c] - M[r]) * (X[r,c] - M[r]) * {fmt(1.0 / n)}", {"X": src, "M": mean},
+                     ctx.fresh(node.output[0] + ":var"), [rows], kind="reduce")
+    body = f"(X[r,c] - M[r]) * rsqrt(V[r] + {fmt(eps)})"
+    ins = {"X": src, "M": mean, "V": var}
+    for i, (t, op) in ((1, ("G", "*")), (2, ("B", "+"))):
+        if ctx.has(node, i):
+            p = _param(ctx, node, i, norm_shape, n)
+            ins[t[0]] = p
+            body = f"({body}) {op} {t[0]}[c]"
+    y = ctx.kernel(node, f"Y[r,c] = {body}", ins, ctx.fresh(node.output[0] + ":2d"), [rows, n], kind="layernorm")
+    ctx.view(node, y, node.output[0], x.shape)
+
+
+def _param(ctx: Context, node: onnx.NodeProto, i: int, norm_shape: list[int], n: int) -> str:
+    """Scale or bias of a layer norm as a vector over the normalised elements (broadcast where smaller)."""
+    c = ctx.const(node.input[i])
+    if c is not None:
+        return ctx.add_const(np.broadcast_to(c, norm_shape).reshape(n), ctx.fresh(node.input[i] + ":flat"))
+    v = ctx.device_value(node, i)
+    if list(v.shape) != norm_shape:
+        raise ctx.error(node, f"a computed scale or bias must have the normalised shape {norm_shape}")
+    return ctx.view(node, v.name, ctx.fresh(v.name + ":flat"), [n])
+
+
+@translates("BatchNormalization")
+def batch_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    """Inference batch norm as y = x * s[c] + t[c] with s and t folded at import (one that follows a Conv was
+    folded into the convolution's weights before translation: ``fold_batchnorm``)."""
+    if int(ctx.attr(node, "training_mode", 0)) or len([o for o in node.output if o]) > 1:
+        raise ctx.error(node, "training mode is not supported (inference only)")
+    x = ctx.device_value(node, 0)
+    params = [ctx.const(node.input[i]) for i in range(1, 5)]
+    if any(p is None for p in params):
+        raise ctx.error(node, "scale, bias, mean and variance must be constants")
+    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    s = scale / np.sqrt(var + eps)
+    t = bias - mean * s
+    c = x.shape[1]
+    names = axes(len(x.shape))
+    sv = ctx.add_const(s.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":scale"))
+    tv = ctx.add_const(t.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":shift"))
+    full = ",".join(names)
+    ctx.kernel(node, f"Y[{full}] = X[{full}] * S[{names[1]}] + T[{names[1]}]", {"X": x.name, "S": sv, "T": tv},
+               node.output[0], x.shape, kind="batchnorm")
+
+
+@translates("LRN")
+def lrn(ctx: Context, node: onnx.NodeProto) -> None:
+    """y = x / (bias + alpha / size * sum of x^2 over the channel window)^beta; the power as exp(beta log z)
+    (z >= bias > 0)."""
+    x = ctx.device_value(node, 0)
+    size = int(ctx.attr(node, "size"))
+    alpha, beta, bias = (float(ctx.attr(node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    names = axes(len(x.shape))
+    full = ",".join(names)
+    lo = (size - 1) // 2
+    win = [*names[:1], f"{names[1]}+j-{lo}" if lo else f"{names[1]}+j", *names[2:]]
+    sq = ctx.kernel(node, f"Y[{full}] += X[{','.join(win)}] * X[{','.join(win)}]", {"X": x.name},
+                    ctx.fresh(node.output[0] + ":sq"), x.shape, extents={"j": size}, kind="lrn_window")
+    ctx.kernel(node, f"Y[{full}] = X[{full}] * exp({fmt(-beta)} * log({fmt(bias)} + {fmt(alpha / size)} * S[{full}]))",
+               {"X": x.name, "S": sq}, node.output[0], x.shape, kind="lrn")

@@ -1,0 +1,95 @@
+"""Running a planned graph on a device with its data kept there.
+
+Constants are uploaded once (the first run); a run uploads the inputs, enqueues every kernel launch and
+device-to-device copy in order on the device's queue, and downloads the outputs: nothing else crosses to the
+host. The buffers of the plan are allocated once and reused by every run.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from roller.backends import Device, Runner
+from roller.dtypes import dtype as dtype_of
+from roller.errors import InputError
+from roller.graph.ir import Graph
+from roller.graph.memory import CopyStep, KernelStep, Plan
+
+
+class Executor:
+    def __init__(self, graph: Graph, plan: Plan, runners: Mapping[str, Runner], device: Device) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.runners = dict(runners)
+        self.device = device
+        self.buffers = [device.alloc(b.nbytes) for b in plan.buffers]
+        self._constants_loaded = False
+
+    def _load_constants(self) -> None:
+        for name, array in self.graph.constants.items():
+            v = self.graph.values[name]
+            self.device.upload(self.buffers[self.plan.value_buffer[name]], dtype_of(v.dtype).to_storage(array))
+        self._constants_loaded = True
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The inputs by name, as contiguous arrays of the values' types; InputError naming what is wrong."""
+        missing = [n for n in self.graph.inputs if n not in inputs]
+        extra = [n for n in inputs if n not in self.graph.inputs]
+        if missing or extra:
+            want = ", ".join(f"{n} {list(self.graph.values[n].shape)}" for n in self.graph.inputs)
+            what = f"missing {', '.join(missing)}" if missing else f"unknown input {', '.join(extra)}"
+            raise InputError(f"{what}; the model takes {want}")
+        out = {}
+        for name in self.graph.inputs:
+            v = self.graph.values[name]
+            arr = np.asarray(inputs[name])
+            if tuple(arr.shape) != v.shape:
+                raise InputError(f"input {name!r} has shape {list(arr.shape)}, the model takes {list(v.shape)}")
+            if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+                raise InputError(f"input {name!r} has dtype {arr.dtype}, the model takes {v.dtype}")
+            out[name] = np.ascontiguousarray(arr, dtype=dtype_of(v.dtype).host)
+        return out
+
+    def enqueue(self) -> None:
+        """Every step of one run, in order, on the device's queue (the inputs already uploaded)."""
+        bufs = self.buffers
+        for step in self.plan.steps:
+            if isinstance(step, KernelStep):
+                self.runners[step.kernel].launch([bufs[b] for b in step.args])
+            elif isinstance(step, CopyStep):
+                for r in step.rects:
+                    self.device.copy(bufs[step.dst], bufs[step.src], r.src_offset, r.dst_offset, r.region,
+                                     r.src_pitches, r.dst_pitches)
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        arrays = self.check_inputs(inputs)
+        if not self._constants_loaded:
+            self._load_constants()
+        for name, arr in arrays.items():
+            v = self.graph.values[name]
+            self.device.upload(self.buffers[self.plan.value_buffer[name]], dtype_of(v.dtype).to_storage(arr))
+        self.enqueue()
+        outputs = {}
+        for name in self.graph.outputs:
+            v = self.graph.values[name]
+            kind = dtype_of(v.dtype)
+            host = np.empty(v.shape, dtype=kind.storage)
+            self.device.download(self.buffers[self.plan.value_buffer[name]], host)
+            outputs[name] = kind.from_storage(host).reshape(v.shape)
+        return outputs
+
+    def time(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds of each of ``repeat`` runs of the steps alone (inputs uploaded once, nothing downloaded):
+        the device's time for the model, launch overheads included."""
+        self.run(inputs)
+        out = []
+        for i in range(warmup + repeat):
+            t = time.perf_counter()
+            self.enqueue()
+            self.device.finish()
+            if i >= warmup:
+                out.append(time.perf_counter() - t)
+        return out

@@ -1,0 +1,152 @@
+"""A model as a graph: values (tensors with shapes and dtypes), constants (weights), and steps that produce one
+value each.
+
+Three kinds of step, all keeping data where it is on the device:
+
+* ``OpNode``: one Roller operator (a ``TensorExpr``); its inputs are the values named in ``inputs``, in the
+  order of ``expr.inputs``, and it writes ``output``. Tensor names inside the expression are local to it
+  (``X``, ``W``, ``Y``...), so identical operators anywhere in the model have identical expressions.
+* ``ViewNode``: the same memory under another shape (reshape, flatten, squeeze, unsqueeze, identity,
+  dropout at inference): no kernel, no copy; ``output`` aliases ``input``.
+* ``CopyNode``: pieces of values copied into parts of one output (concat, split, slice with step 1): each piece
+  is a box of a row-major source copied to a box of the output, which every device does as a strided copy
+  without a kernel.
+
+Constants are numpy arrays uploaded once per model. ``Graph.check()`` is the invariant every pass keeps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roller.dtypes import dtype as dtype_of
+from roller.ir.tensor_expr import TensorExpr
+
+
+@dataclass(frozen=True)
+class Value:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * dtype_of(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class OpNode:
+    name: str  # what the user's model calls it (for messages and reports)
+    expr: TensorExpr
+    inputs: tuple[str, ...]  # values, in expr.inputs order
+    output: str
+    origin: str = ""  # e.g. "Conv 'conv1'": the model node it came from
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.inputs
+
+
+@dataclass(frozen=True)
+class ViewNode:
+    name: str
+    input: str
+    output: str
+    origin: str = ""
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Copy ``shape`` elements starting at ``src_start`` of ``source`` to ``dst_start`` of the output (both
+    row-major, same rank)."""
+
+    source: str
+    src_start: tuple[int, ...]
+    dst_start: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CopyNode:
+    name: str
+    pieces: tuple[Piece, ...]
+    output: str
+    origin: str = ""
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.source for p in self.pieces))
+
+
+Node = OpNode | ViewNode | CopyNode
+
+
+@dataclass
+class Graph:
+    name: str
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    values: dict[str, Value] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+
+    def value(self, name: str) -> Value:
+        return self.values[name]
+
+    def producer(self) -> dict[str, Node]:
+        return {n.output: n for n in self.nodes}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {v: [] for v in self.values}
+        for n in self.nodes:
+            for r in n.reads:
+                out[r].append(n)
+        return out
+
+    @property
+    def op_nodes(self) -> list[OpNode]:
+        return [n for n in self.nodes if isinstance(n, OpNode)]
+
+    def check(self) -> None:
+        """Every value has one origin (input, constant or step), steps come after what they read, shapes
+        agree with what each step reads and writes. AssertionError on a broken graph (a bug, not input)."""
+        known = set(self.inputs) | set(self.constants)
+        for name in known:
+            assert name in self.values, name
+        for name, arr in self.constants.items():
+            v = self.values[name]
+            assert tuple(arr.shape) == v.shape, (name, arr.shape, v.shape)
+        for n in self.nodes:
+            for r in n.reads:
+                assert r in known, f"{n.name} reads {r} before it is made"
+            assert n.output not in known, f"{n.output} is made twice"
+            out = self.values[n.output]
+            if isinstance(n, OpNode):
+                assert len(n.inputs) == len(n.expr.inputs)
+                for t, v in zip(n.expr.inputs, n.inputs):
+                    assert tuple(t.storage_shape) == self.values[v].shape, (n.name, t.name, v)
+                    assert t.dtype == self.values[v].dtype, (n.name, t.name, v)
+                assert tuple(n.expr.output.storage_shape) == out.shape, (n.name, out.shape)
+            elif isinstance(n, ViewNode):
+                src = self.values[n.input]
+                assert src.size == out.size and src.dtype == out.dtype, n.name
+            else:
+                for p in n.pieces:
+                    src = self.values[p.source]
+                    assert len(p.shape) == len(src.shape) == len(out.shape), n.name
+                    for d in range(len(p.shape)):
+                        assert 0 <= p.src_start[d] and p.src_start[d] + p.shape[d] <= src.shape[d], n.name
+                        assert 0 <= p.dst_start[d] and p.dst_start[d] + p.shape[d] <= out.shape[d], n.name
+            known.add(n.output)
+        for o in self.outputs:
+            assert o in known, f"output {o} is never made"

@@ -1,0 +1,204 @@
+"""The execution plan of a graph: device buffers, which value lives in which, and the launches in order.
+
+Constants, inputs and outputs get buffers of their own; intermediates share a pool, reused by lifetime: a
+value's buffer returns to the pool after the last step that reads it (or any view of it), and a new value
+takes the smallest free buffer that holds it (or a new one). Views never get memory. The plan is plain data
+(``to_json``): the OpenCL executor here runs it, and the launchers of other backends can replay it from
+``roller build``'s ``plan.json``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from roller.dtypes import dtype as dtype_of
+from roller.graph.ir import CopyNode, Graph, OpNode, Piece, ViewNode
+from roller.graph.passes import alias_root, kernel_key
+
+
+@dataclass(frozen=True)
+class Buffer:
+    id: int
+    nbytes: int
+    role: str  # constant | input | output | intermediate
+    values: tuple[str, ...]  # the values (roots) that live in it over the run
+
+
+@dataclass(frozen=True)
+class Rect:
+    """One strided copy of bytes: ``region`` = (bytes per row, rows, slices); pitches in bytes."""
+
+    src_offset: int
+    dst_offset: int
+    region: tuple[int, int, int]
+    src_pitches: tuple[int, int]
+    dst_pitches: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    kernel: str  # kernel key
+    args: tuple[int, ...]  # buffer ids: inputs in order, then the output
+    node: str
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    src: int
+    dst: int
+    rects: tuple[Rect, ...]
+    node: str
+
+
+@dataclass
+class Plan:
+    buffers: list[Buffer]
+    steps: list[KernelStep | CopyStep]
+    value_buffer: dict[str, int]  # every value (views included) -> its buffer
+    inputs: list[str]
+    outputs: list[str]
+    kernels: dict[str, str] = field(default_factory=dict)  # kernel key -> kernel name
+
+    def bytes_by_role(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.buffers:
+            out[b.role] = out.get(b.role, 0) + b.nbytes
+        return out
+
+    @property
+    def peak_bytes(self) -> int:
+        """Device memory the plan holds at once: every buffer is allocated for the whole run."""
+        return sum(b.nbytes for b in self.buffers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.inputs],
+            "outputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.outputs],
+            "buffers": [{"id": b.id, "bytes": b.nbytes, "role": b.role, "values": list(b.values)}
+                        for b in self.buffers],
+            "steps": [{"kind": "kernel", "kernel": self.kernels.get(s.kernel, s.kernel), "args": list(s.args),
+                       "node": s.node} if isinstance(s, KernelStep) else
+                      {"kind": "copy", "src": s.src, "dst": s.dst, "node": s.node,
+                       "rects": [{"src_offset": r.src_offset, "dst_offset": r.dst_offset, "region": list(r.region),
+                                  "src_pitches": list(r.src_pitches), "dst_pitches": list(r.dst_pitches)}
+                                 for r in s.rects]}
+                      for s in self.steps],
+            "peak_bytes": self.peak_bytes,
+            "bytes_by_role": self.bytes_by_role(),
+        }
+
+
+def plan(graph: Graph) -> Plan:
+    root = alias_root(graph)
+    last_use: dict[str, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for r in n.reads:
+            last_use[root[r]] = i
+    pinned = {root[v] for v in graph.outputs}
+    buffers: list[Buffer] = []
+    value_buffer: dict[str, int] = {}
+    holders: dict[int, list[str]] = {}
+
+    def new(nbytes: int, role: str, value: str) -> int:
+        bid = len(buffers)
+        buffers.append(Buffer(bid, nbytes, role, ()))
+        holders[bid] = [value]
+        return bid
+
+    for v in graph.constants:
+        value_buffer[v] = new(graph.values[v].nbytes, "constant", v)
+    for v in graph.inputs:
+        value_buffer[v] = new(graph.values[v].nbytes, "input", v)
+    free: list[int] = []   # pool buffers not in use
+    live_until: dict[int, int] = {}
+    steps: list[KernelStep | CopyStep] = []
+    for i, n in enumerate(graph.nodes):
+        out = n.output
+        if isinstance(n, ViewNode):
+            value_buffer[out] = value_buffer[n.input]
+            continue
+        nbytes = graph.values[out].nbytes
+        if out in pinned:
+            bid = new(nbytes, "output", out)
+        else:
+            fits = [b for b in free if buffers[b].nbytes >= nbytes]
+            if fits:
+                bid = min(fits, key=lambda b: (buffers[b].nbytes, b))
+                free.remove(bid)
+                holders[bid].append(out)
+            else:
+                bid = new(nbytes, "intermediate", out)
+            live_until[bid] = last_use.get(out, i)
+        value_buffer[out] = bid
+        if isinstance(n, OpNode):
+            steps.append(KernelStep(kernel_key(n), tuple(value_buffer[v] for v in n.inputs) + (bid,), n.name))
+        elif isinstance(n, CopyNode):
+            for src, rects in _copies(graph, n):
+                steps.append(CopyStep(value_buffer[src], bid, rects, n.name))
+        # Release pool buffers whose last reader was this step (after the step: it still reads them).
+        for b, until in list(live_until.items()):
+            if until <= i:
+                del live_until[b]
+                free.append(b)
+    for v in graph.outputs:
+        if v not in value_buffer:   # an output that is an input or a constant (or a view of one)
+            value_buffer[v] = value_buffer[root[v]] if root[v] in value_buffer else value_buffer[v]
+    buffers = [Buffer(b.id, b.nbytes, b.role, tuple(holders[b.id])) for b in buffers]
+    return Plan(buffers, steps, value_buffer, list(graph.inputs), list(graph.outputs))
+
+
+def _copies(graph: Graph, node: CopyNode) -> list[tuple[str, tuple[Rect, ...]]]:
+    out_v = graph.values[node.output]
+    return [(p.source, rects(graph.values[p.source].shape, out_v.shape, p, dtype_of(out_v.dtype).itemsize))
+            for p in node.pieces]
+
+
+def rects(src_shape: tuple[int, ...], dst_shape: tuple[int, ...], piece: Piece, itemsize: int) -> tuple[Rect, ...]:
+    """The strided copies (each at most three dimensions) that move ``piece`` between row-major arrays."""
+    def strides(shape: tuple[int, ...]) -> list[int]:
+        s, acc = [], 1
+        for d in reversed(shape):
+            s.append(acc)
+            acc *= d
+        return s[::-1]
+
+    ss, ds = strides(src_shape), strides(dst_shape)
+    # (count, src stride, dst stride) per dimension, innermost last; dims of one element vanish, and a dim
+    # merges into the next inner one when both arrays are contiguous across it.
+    dims = [[piece.shape[d], ss[d], ds[d]] for d in range(len(piece.shape)) if piece.shape[d] != 1]
+    merged: list[list[int]] = []
+    for count, s_st, d_st in dims:
+        if merged and merged[-1][1] == s_st * count and merged[-1][2] == d_st * count:
+            merged[-1] = [merged[-1][0] * count, s_st, d_st]
+        else:
+            merged.append([count, s_st, d_st])
+    if not merged or merged[-1][1] != 1 or merged[-1][2] != 1:
+        merged.append([1, 1, 1])
+    src0 = sum(a * s for a, s in zip(piece.src_start, ss))
+    dst0 = sum(a * s for a, s in zip(piece.dst_start, ds))
+    inner = merged[-3:] if len(merged) >= 3 else [[1, 0, 0]] * (3 - len(merged)) + merged
+    outer = merged[:-3] if len(merged) > 3 else []
+    (n2, s2, d2), (n1, s1, d1), (n0, _, _) = inner
+    out = []
+    for index in _points([c for c, _, _ in outer]):
+        so = src0 + sum(i * s for i, (_, s, _) in zip(index, outer))
+        do = dst0 + sum(i * d for i, (_, _, d) in zip(index, outer))
+        out.append(Rect(so * itemsize, do * itemsize, (n0 * itemsize, n1, n2),
+                        (s1 * itemsize, s2 * itemsize), (d1 * itemsize, d2 * itemsize)))
+    return tuple(out)
+
+
+def _points(counts: list[int]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for c in counts:
+        out = [p + (i,) for p in out for i in range(c)]
+    return out
+
+
+def rect_elements(r: Rect, itemsize: int) -> int:
+    return r.region[0] // itemsize * r.region[1] * r.region[2]
+
+
+def piece_elements(p: Piece) -> int:
+    return math.prod(p.shape)

@@ -1,0 +1,246 @@
+"""Whole models: ``roller.compile_model(model, hw=...)`` -> a ``Model`` that runs with its data on the device.
+
+>>> m = roller.compile_model("resnet18.onnx", hw="pocl-cpu")      # doctest: +SKIP
+>>> outputs = m.run({"input": x})                                # a dict of numpy arrays, by output name
+>>> y = m(x)                                                     # a single-input model, its (first) output
+
+Every distinct operator of the model is built once (identical operators share a kernel), in parallel, from the
+kernel cache when it is there; ``m.kernels`` lists the kernels one run launches, in order; ``m.plan`` is the
+memory plan (``m.peak_bytes``); ``m.benchmark()`` times whole runs on the device.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from roller import backends as _backends
+from roller.api import HwLike, Kernel, build_kernel, resolve_hw
+from roller.errors import InputError
+from roller.evaluate import Progress, require_device
+from roller.graph import Graph, OpNode, Plan, kernel_key, plan, unique_kernels
+from roller.graph.executor import Executor
+from roller.graph.memory import KernelStep
+from roller.hw import HardwareDesc
+
+#: a model's output may differ from the reference by this much of the element's magnitude, plus MODEL_ATOL of
+#: the output's largest magnitude: float32 rounding summed over tens of layers (ResNet-50's logits and BERT's
+#: layer output differ from onnxruntime by 1e-6 to 1e-5 of their scale), far below an indexing bug's error
+MODEL_RTOL = 1e-3
+MODEL_ATOL = 1e-4
+
+
+@dataclass
+class Model:
+    """A compiled model: its graph, one kernel per distinct operator, and the plan that runs them."""
+
+    graph: Graph
+    hw: HardwareDesc
+    backend: Any  # roller.backends.Backend
+    by_key: dict[str, Kernel]  # kernel key -> kernel
+    plan: Plan
+    compile_s: float = 0.0
+    cache_hits: int = 0
+    source: Any = None  # the onnx.ModelProto it was imported from (onnxruntime checks it), if any
+    _executor: Executor | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        """The kernels one run launches, in launch order (a kernel shared by several operators repeats)."""
+        return [self.by_key[s.kernel] for s in self.plan.steps if isinstance(s, KernelStep)]
+
+    @property
+    def peak_bytes(self) -> int:
+        """Device memory of one model: weights, inputs, outputs and the pool of intermediates."""
+        return self.plan.peak_bytes
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            require_device(self.backend, self.hw, why="running a model")
+            runners = {key: k.runner for key, k in self.by_key.items()}
+            self._executor = Executor(self.graph, self.plan, runners, self.backend.device())
+        return self._executor
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Outputs by name, for inputs by name."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"run() takes a dict of inputs by name ({', '.join(self.input_names)}); "
+                             f"got {type(inputs).__name__}")
+        return self.executor.run(inputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Inputs by position (the model's input order) or name; the output, or a tuple of outputs."""
+        if len(args) > len(self.input_names):
+            raise InputError(f"{self.name} takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                             f"got {len(args)}")
+        feeds = dict(zip(self.input_names, args))
+        for k, v in kwargs.items():
+            if k in feeds:
+                raise InputError(f"input {k!r} given twice")
+            feeds[k] = v
+        out = self.run(feeds)
+        values = tuple(out[n] for n in self.output_names)
+        return values[0] if len(values) == 1 else values
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {n: rng.standard_normal(self.graph.values[n].shape).astype(np.float32) for n in self.input_names}
+
+    def benchmark(self, repeat: int = 10, warmup: int = 2, inputs: Mapping[str, Any] | None = None) -> float:
+        """Median seconds of one run's device work (inputs uploaded beforehand, outputs not downloaded)."""
+        if repeat < 1:
+            raise InputError(f"repeat must be at least 1, got {repeat}")
+        feeds = dict(inputs) if inputs is not None else self.random_inputs()
+        return statistics.median(self.executor.time(feeds, repeat=repeat, warmup=warmup))
+
+    def reference(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], str]:
+        """(outputs, what computed them): onnxruntime on the original model when it is installed, else the
+        graph evaluated operator by operator with roller.reference."""
+        feeds = self.executor.check_inputs(inputs)
+        if self.source is not None:
+            try:
+                import onnxruntime as ort
+            except ImportError:
+                ort = None
+            if ort is not None:
+                sess = ort.InferenceSession(self.source.SerializeToString(), providers=["CPUExecutionProvider"])
+                names = [o.name for o in sess.get_outputs()]
+                got = dict(zip(names, sess.run(None, feeds)))
+                return {n: np.asarray(got[n]) for n in self.output_names}, f"onnxruntime {ort.__version__}"
+        from roller.graph.reference import evaluate
+
+        return evaluate(self.graph, feeds), "roller.reference, operator by operator"
+
+    def check(self, inputs: Mapping[str, Any] | None = None,
+              outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Compare a run's outputs with ``reference``; CheckError (exit 4) naming the output and the worst
+        element when one differs by more than float32 error over a model allows (MODEL_RTOL of the element,
+        MODEL_ATOL of the output's largest magnitude)."""
+        from roller.errors import CheckError
+
+        feeds = dict(inputs) if inputs is not None else self.random_inputs()
+        got = dict(outputs) if outputs is not None else self.run(feeds)
+        ref, by = self.reference(feeds)
+        worst: dict[str, float] = {}
+        for name in self.output_names:
+            y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
+            scale = float(np.max(np.abs(r))) if r.size else 0.0
+            bound = MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30
+            diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
+            diff = np.where(np.isnan(diff), np.inf, diff)
+            bad = diff > bound
+            if bad.any():
+                i = np.unravel_index(int(np.argmax(diff / bound)), diff.shape)
+                raise CheckError(f"{self.name} on {self.hw.name}/{self.backend.name}: output {name!r} differs from "
+                                 f"{by} in {int(bad.sum())} of {r.size} elements; worst at {list(map(int, i))}: "
+                                 f"got {y[i]:.9g}, expected {r[i]:.9g} (difference {diff[i]:.3g}, bound "
+                                 f"{bound[i]:.3g})")
+            worst[name] = float(diff.max()) if diff.size else 0.0
+        return {"ok": True, "reference": by, "max_abs_error": worst}
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and sizes for reports: kernels launched and built, copies, views, memory by role."""
+        counts = {"kernels_launched": len(self.kernels), "kernels_built": len(self.by_key),
+                  "copies": sum(1 for s in self.plan.steps if not isinstance(s, KernelStep)),
+                  "operators": len(self.graph.op_nodes), "values": len(self.graph.values)}
+        return {"model": self.name, "hw": self.hw.name, "backend": self.backend.name, **counts,
+                "peak_bytes": self.peak_bytes, "bytes_by_role": self.plan.bytes_by_role(),
+                "compile_s": self.compile_s, "cache_hits": self.cache_hits}
+
+
+def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = None, top_k: int = 10, *,
+                  shapes: Mapping[str, Sequence[int]] | None = None, evaluate: bool = False, cache: bool = True,
+                  jobs: int | None = None, progress: bool | None = None) -> Model:
+    """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), build a kernel for each
+    distinct operator on ``hw`` with ``backend`` (default: the description's), and plan its memory."""
+    from roller.frontends.onnx import import_model
+
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    hwd = resolve_hw(hw)
+    be = _backends.for_hw(hwd, backend)
+    t0 = time.perf_counter()
+    source = None
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        from roller.frontends.onnx import load_model
+
+        source, _ = load_model(model)
+        graph = import_model(source, shapes)
+        source = _with_shapes(source, shapes) if shapes else source
+    kernels, hits = build_kernels(graph, hwd, be, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
+                                  progress=progress)
+    p = plan(graph)
+    p.kernels = {key: k.name for key, k in kernels.items()}
+    return Model(graph, hwd, be, kernels, p, compile_s=time.perf_counter() - t0, cache_hits=hits, source=source)
+
+
+def _with_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> Any:
+    """A copy of ``proto`` whose inputs have the given static shapes (what onnxruntime is then checked on)."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for inp in out.graph.input:
+        if inp.name in shapes:
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[inp.name]:
+                dims.add().dim_value = int(d)
+    return out
+
+
+def build_kernels(graph: Graph, hw: HardwareDesc, backend: Any, top_k: int = 10, evaluate: bool = False,
+                  cache: bool = True, jobs: int | None = None, progress: bool | None = None,
+                  compile_here: bool | None = None) -> tuple[dict[str, Kernel], int]:
+    """(kernel key -> kernel, cache hits): one kernel per distinct operator, built ``jobs`` at a time (the
+    device compilers release the interpreter while they work), compiled for this machine's device when the
+    backend can run here (``compile_here``), with a progress bar on stderr when it is a terminal."""
+    todo = unique_kernels(graph)
+    if compile_here is None:
+        compile_here = backend.can_run_here()
+    bar = Progress(len(todo), f"building {graph.name} ({len(todo)} kernels)", enabled=progress)
+
+    def one(node: OpNode) -> Kernel:
+        k = build_kernel(node.expr, hw, backend, top_k=top_k, evaluate=evaluate, use_cache=cache,
+                         progress=False)
+        if compile_here:
+            _ = k.runner
+        return k
+
+    out: dict[str, Kernel] = {}
+    try:
+        workers = max(1, min(len(todo) or 1, jobs or os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {key: pool.submit(one, node) for key, node in todo.items()}
+            for key, fut in futures.items():
+                out[key] = fut.result()
+                bar.step(todo[key].expr.name)
+    finally:
+        bar.close()
+    return out, sum(1 for k in out.values() if k.cache_hit)
+
+
+def node_kernels(graph: Graph, kernels: Mapping[str, Kernel]) -> list[tuple[OpNode, Kernel]]:
+    """Each operator of the graph with the kernel that runs it."""
+    return [(n, kernels[kernel_key(n)]) for n in graph.op_nodes]
