@@ -122,7 +122,10 @@ class Model:
             except ImportError:
                 ort = None
             if ort is not None:
-                sess = ort.InferenceSession(self.source.SerializeToString(), providers=["CPUExecutionProvider"])
+                options = ort.SessionOptions()
+                options.log_severity_level = 3   # its warnings (unused initializers...) are not the user's concern
+                sess = ort.InferenceSession(self.source.SerializeToString(), options,
+                                            providers=["CPUExecutionProvider"])
                 names = [o.name for o in sess.get_outputs()]
                 got = dict(zip(names, sess.run(None, feeds)))
                 return {n: np.asarray(got[n]) for n in self.output_names}, f"onnxruntime {ort.__version__}"

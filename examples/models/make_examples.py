@@ -1,0 +1,89 @@
+"""Writes the example models of this folder (deterministic: seed 0), built with onnx.helper.
+
+    .venv/bin/python examples/models/make_examples.py
+
+``mini_resnet.onnx``: a small ResNet for 3x32x32 images: a 3x3 stem, two residual stages (the second strided,
+with a 1x1 projection), BatchNormalization after every convolution (folded into it at import), global
+average pooling, a fully connected layer and softmax over 10 classes. About 30k parameters.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+
+
+class Builder:
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def name(self, kind: str) -> str:
+        self.count += 1
+        return f"{kind}{self.count}"
+
+    def weight(self, shape: tuple[int, ...], scale: float) -> str:
+        n = self.name("w")
+        self.inits.append(numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32), n))
+        return n
+
+    def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int = 1, relu: bool = True) -> str:
+        w = self.weight((cout, cin, k, k), (2.0 / (cin * k * k)) ** 0.5)
+        c = self.name("conv")
+        self.nodes.append(helper.make_node("Conv", [x, w], [c], name=c, kernel_shape=[k, k], strides=[stride] * 2,
+                                           pads=[k // 2] * 4))
+        beta = self.weight((cout,), 0.1)
+        mean = self.weight((cout,), 0.1)
+        var = self.name("var")
+        self.inits.append(numpy_helper.from_array((self.rng.random(cout) + 0.5).astype(np.float32), var))
+        bn = self.name("bn")
+        scale = self.name("gamma")
+        self.inits.append(numpy_helper.from_array((self.rng.random(cout) + 0.5).astype(np.float32), scale))
+        self.nodes.append(helper.make_node("BatchNormalization", [c, scale, beta, mean, var], [bn], name=bn))
+        if not relu:
+            return bn
+        r = self.name("relu")
+        self.nodes.append(helper.make_node("Relu", [bn], [r], name=r))
+        return r
+
+    def block(self, x: str, cin: int, cout: int, stride: int) -> str:
+        y = self.conv_bn(x, cin, cout, 3, stride)
+        y = self.conv_bn(y, cout, cout, 3, 1, relu=False)
+        skip = x if stride == 1 and cin == cout else self.conv_bn(x, cin, cout, 1, stride, relu=False)
+        a = self.name("add")
+        self.nodes.append(helper.make_node("Add", [y, skip], [a], name=a))
+        r = self.name("relu")
+        self.nodes.append(helper.make_node("Relu", [a], [r], name=r))
+        return r
+
+
+def mini_resnet() -> onnx.ModelProto:
+    b = Builder(seed=0)
+    x = b.conv_bn("image", 3, 16, 3)
+    x = b.block(x, 16, 16, 1)
+    x = b.block(x, 16, 32, 2)
+    b.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
+    b.nodes.append(helper.make_node("Flatten", ["pooled"], ["features"], name="flatten"))
+    fc, fcb = b.weight((10, 32), 0.2), b.weight((10,), 0.1)
+    b.nodes.append(helper.make_node("Gemm", ["features", fc, fcb], ["logits"], name="fc", transB=1))
+    b.nodes.append(helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax", axis=-1))
+    graph = helper.make_graph(b.nodes, "mini_resnet",
+                              [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [1, 10])],
+                              b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="roller-examples")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+if __name__ == "__main__":
+    path = HERE / "mini_resnet.onnx"
+    onnx.save(mini_resnet(), path)
+    print(f"wrote {path}")
