@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -37,7 +38,7 @@ class _Builder:
 
     def const(self, value: np.ndarray | float | Sequence[int], stem: str = "c",
               dtype: type = np.float32) -> str:
-        arr = np.asarray(value, dtype=dtype)
+        arr: np.ndarray = np.asarray(value, dtype=dtype)
         name = self._fresh(stem)
         self.inits.append(numpy_helper.from_array(arr, name))
         return name
@@ -51,13 +52,13 @@ class _Builder:
     def uniform(self, shape: Sequence[int], low: float, high: float, stem: str = "b") -> str:
         return self.const(self.rng.uniform(low, high, shape), stem)
 
-    def node(self, op: str, inputs: Sequence[str], outputs: int | Sequence[str] = 1, **attrs: object) -> str:
+    def node(self, op: str, inputs: Sequence[str], outputs: int | Sequence[str] = 1, **attrs: Any) -> str:
         """Add a node; return its (first) output's name."""
         names = [self._fresh(op.lower()) for _ in range(outputs)] if isinstance(outputs, int) else list(outputs)
         self.nodes.append(helper.make_node(op, list(inputs), names, name=self._fresh(op), **attrs))
         return names[0]
 
-    def outs(self, op: str, inputs: Sequence[str], n: int, **attrs: object) -> list[str]:
+    def outs(self, op: str, inputs: Sequence[str], n: int, **attrs: Any) -> list[str]:
         names = [self._fresh(op.lower()) for _ in range(n)]
         self.node(op, inputs, names, **attrs)
         return names
@@ -65,7 +66,7 @@ class _Builder:
     # -- layers made of several nodes ----------------------------------------------------------------------
 
     def conv(self, x: str, cin: int, cout: int, k: int, bias: bool = True, group: int = 1,
-             **attrs: object) -> str:
+             **attrs: Any) -> str:
         """He-normal weights on fan-in, so activations stay of order one through a few layers."""
         w = self.normal((cout, cin // group, k, k), math.sqrt(2.0 / (cin // group * k * k)))
         ins = [x, w] + ([self.uniform((cout,), -0.1, 0.1)] if bias else [])

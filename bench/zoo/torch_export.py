@@ -8,9 +8,10 @@ directly, with the graphs the published ONNX exports of these models have.
 """
 from __future__ import annotations
 
-import io
 import math
+import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -36,6 +37,7 @@ def init_weights(model: nn.Module, seed: int = 0) -> None:
             if m.bias is not None:
                 m.bias.uniform_(-0.1, 0.1)
         elif isinstance(m, nn.BatchNorm2d):
+            assert m.running_mean is not None and m.running_var is not None   # track_running_stats, the default
             m.weight.uniform_(0.5, 1.5)
             m.bias.uniform_(-0.2, 0.2)
             m.running_mean.normal_(0.0, 0.2)
@@ -58,16 +60,16 @@ def to_onnx(model: nn.Module, inputs: dict[str, np.ndarray], output_names: list[
     TrainingMode.PRESERVE on an eval-mode model: inference semantics, no folding)."""
     args = tuple(torch.from_numpy(v) for v in inputs.values())
     mode = torch.onnx.TrainingMode.PRESERVE if keep_batchnorm else torch.onnx.TrainingMode.EVAL
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         # the TorchScript exporter is deprecated in favour of the dynamo one, which cannot write opset 17 here
         warnings.simplefilter("ignore", DeprecationWarning)
         # PRESERVE warns that folding may alter trainable parameters; the module is in eval mode, and the
         # export is checked against torch's outputs
         warnings.filterwarnings("ignore", "It is recommended that constant folding be turned off")
-        torch.onnx.export(model, args, buf, dynamo=False, opset_version=OPSET, do_constant_folding=True,
+        path = Path(tmp) / "model.onnx"
+        torch.onnx.export(model, args, path, dynamo=False, opset_version=OPSET, do_constant_folding=True,
                           input_names=list(inputs), output_names=output_names, training=mode)
-    return onnx.load_from_string(buf.getvalue())
+        return onnx.load(path)
 
 
 @torch.no_grad()
