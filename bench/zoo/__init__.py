@@ -22,7 +22,7 @@ ONNX nodes (Constant nodes included) and op types of the default (BatchNorm-fold
 elements of the ONNX initializers (folding drops BatchNorm's four vectors and gives each Conv a bias) and of the
 torch module (equal to torchvision's: checked at every export); onnxruntime latency with 2 intra-op threads and
 all graph optimisations, median of 10 runs after 3 warm-up runs. Other sessions share this machine: under their
-load the same command gave 1.5-4x these times.
+load the same command gave 2-5x these times (best of four runs shown).
 
     model               nodes  ONNX params torch params  ORT ms  op types (count)
     resnet18               49   11,684,712   11,689,512    17.6  Conv 20, Relu 17, Add 8, Flatten 1, Gemm 1,
