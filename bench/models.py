@@ -1,0 +1,136 @@
+"""Whole-model latency on this machine's OpenCL device against onnxruntime, in the same process.
+
+    .venv/bin/python bench/models.py [--models resnet18 mobilenet_v2 bert_base_layer] [--rounds 5] [--json OUT]
+
+For each model of the zoo (``bench/zoo``, exported to ``~/.cache/roller/zoo`` by ``python -m bench.zoo``):
+compile time cold (a fresh kernel cache and a fresh PoCL cache, in a child process) and warm (this process's
+cache, second compile), kernels launched and built, device copies, peak device memory; then latency of Roller's
+executor (device work of one run: inputs already uploaded) and of onnxruntime (graph optimisations on, 2
+intra-op threads, the run call), alternating, ``--rounds`` rounds of ``--repeat`` runs each, medians; outputs
+checked against onnxruntime first. Prints a markdown table; ``--json`` writes every number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT = ("resnet18", "mobilenet_v2", "bert_base_layer")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def cold_compile(path: Path, hw: str) -> float:
+    """Seconds to compile the model in a child process with empty Roller and PoCL caches."""
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as pocl:
+        env = dict(os.environ, ROLLER_CACHE_DIR=cache, POCL_CACHE_DIR=pocl)
+        code = ("import sys, time, roller; t = time.perf_counter(); "
+                f"roller.compile_model({str(path)!r}, hw={hw!r}).executor; "
+                "print(time.perf_counter() - t)")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
+
+def ort_session(path: Path) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool) -> dict[str, Any]:
+    import roller
+    from bench.zoo import SPECS, default_dir
+
+    path = default_dir() / f"{name}.onnx"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run .venv/bin/python -m bench.zoo --models {name}")
+    feeds = SPECS[name].example_inputs()
+    row: dict[str, Any] = {"model": name, "hw": hw}
+    if cold:
+        row["compile_cold_s"] = cold_compile(path, hw)
+    t = time.perf_counter()
+    m = roller.compile_model(path, hw=hw)
+    _ = m.executor
+    row["compile_first_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    m = roller.compile_model(path, hw=hw)
+    _ = m.executor
+    row["compile_warm_s"] = time.perf_counter() - t
+    row.update(m.summary())
+    check = m.check(feeds)
+    row["max_abs_error"] = max(check["max_abs_error"].values())
+    sess = ort_session(path)
+    ours: list[float] = []
+    theirs: list[float] = []
+    m.executor.run(feeds)
+    for _ in range(2):
+        sess.run(None, feeds)
+    for _ in range(rounds):
+        ours.append(statistics.median(m.executor.time(feeds, repeat=repeat, warmup=1)))
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            sess.run(None, feeds)
+            times.append(time.perf_counter() - t)
+        theirs.append(statistics.median(times))
+    row["roller_ms"] = statistics.median(ours) * 1e3
+    row["ort_ms"] = statistics.median(theirs) * 1e3
+    row["roller_rounds_ms"] = [x * 1e3 for x in ours]
+    row["ort_rounds_ms"] = [x * 1e3 for x in theirs]
+    row["slowdown"] = row["roller_ms"] / row["ort_ms"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=list(DEFAULT))
+    ap.add_argument("--hw", default="pocl-cpu")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold compile (a child process)")
+    ap.add_argument("--json", default=None, metavar="OUT")
+    args = ap.parse_args(argv)
+    import onnxruntime as ort
+
+    rows = [measure(n, args.hw, args.rounds, args.repeat, args.cold) for n in args.models]
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores); onnxruntime {ort.__version__}, 2 threads; "
+          f"Roller on {args.hw}")
+    print("| model | Roller ms | onnxruntime ms | Roller / ORT | compile cold s | warm s | launches | kernels | "
+          "copies | peak MiB | max abs err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['roller_ms']:.1f} | {r['ort_ms']:.1f} | {r['slowdown']:.1f}x | "
+              f"{r.get('compile_cold_s', float('nan')):.1f} | {r['compile_warm_s']:.2f} | {r['kernels_launched']} | "
+              f"{r['kernels_built']} | {r['copies']} | {r['peak_bytes'] / 2**20:.1f} | {r['max_abs_error']:.2g} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
