@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from roller.ir.build import Where
+from roller.ir.build import Where, short
 from roller.ir.expr import BINARY_FUNCS, UNARY_FUNCS
 
 
@@ -45,7 +45,7 @@ class _Params:
             return default
         v = self.obj[key]
         if not isinstance(v, int) or isinstance(v, bool):
-            raise self.where.at(key).error(f"expected an integer, got {v!r}")
+            raise self.where.at(key).error(f"expected an integer, got {short(v)}")
         if v < minimum:
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.where.at(key).error(f"expected {what}, got {v}")
@@ -54,13 +54,13 @@ class _Params:
     def bool(self, key: str, default: bool = False) -> bool:
         v = self.obj.get(key, default)
         if not isinstance(v, bool):
-            raise self.where.at(key).error(f"expected true or false, got {v!r}")
+            raise self.where.at(key).error(f"expected true or false, got {short(v)}")
         return v
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         v = self.obj.get(key, default)
         if v not in choices:
-            raise self.where.at(key).error(f"expected one of {', '.join(choices)}, got {v!r}")
+            raise self.where.at(key).error(f"expected one of {', '.join(choices)}, got {short(v)}")
         return v
 
     def shape(self, key: str) -> list[int]:
@@ -68,7 +68,7 @@ class _Params:
             raise self.where.error(f"missing field {key!r}")
         v = self.obj[key]
         if not isinstance(v, list) or not v or not all(isinstance(d, int) and not isinstance(d, bool) for d in v):
-            raise self.where.at(key).error(f"expected a non-empty list of positive integers, got {v!r}")
+            raise self.where.at(key).error(f"expected a non-empty list of positive integers, got {short(v)}")
         for i, d in enumerate(v):
             if d <= 0:
                 raise self.where.at(f"{key}[{i}]").error(f"expected a positive size, got {d}")
@@ -78,7 +78,7 @@ class _Params:
         v = self.obj.get(key, default)
         if v in ("SAME", "VALID") or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             return v
-        raise self.where.at(key).error(f"expected SAME, VALID or a non-negative integer, got {v!r}")
+        raise self.where.at(key).error(f"expected SAME, VALID or a non-negative integer, got {short(v)}")
 
 
 def _window(size: int, k: int, stride: int, dilation: int, padding: str | int, where: Where,
@@ -170,11 +170,13 @@ def _reduce(p: _Params) -> Expansion:
     raw = p.obj.get("axes")
     if not isinstance(raw, list) or not raw or not all(isinstance(a, int) and not isinstance(a, bool)
                                                        for a in raw):
-        raise p.where.at("axes").error(f"expected a non-empty list of axis numbers, got {raw!r}")
+        raise p.where.at("axes").error(f"expected a non-empty list of axis numbers, got {short(raw)}")
     axes = set()
     for i, a in enumerate(raw):
         if not -len(shape) <= a < len(shape):
             raise p.where.at(f"axes[{i}]").error(f"axis {a} is out of range for rank {len(shape)}")
+        if a % len(shape) in axes:
+            raise p.where.at(f"axes[{i}]").error(f"axis {a} is listed twice (as {a % len(shape)})")
         axes.add(a % len(shape))
     names = [f"i{d}" for d in range(len(shape))]
     keep = [names[d] for d in range(len(shape)) if d not in axes]
@@ -192,12 +194,12 @@ def _elementwise(p: _Params) -> Expansion:
     unary = UNARY_FUNCS + ("neg",)
     binary = ("add", "sub", "mul", "div") + BINARY_FUNCS
     if fn not in unary + binary:
-        raise p.where.at("fn").error(f"expected one of {', '.join(unary + binary)}, got {fn!r}")
+        raise p.where.at("fn").error(f"expected one of {', '.join(unary + binary)}, got {short(fn)}")
     shapes = p.obj.get("shapes")
     want = 1 if fn in unary else 2
     if not isinstance(shapes, dict) or len(shapes) != want:
         raise p.where.at("shapes").error(f"expected {want} named input shape{'s' if want > 1 else ''} "
-                                         f"for fn {fn!r}, got {shapes!r}")
+                                         f"for fn {fn!r}, got {short(shapes)}")
     for name in shapes:
         _Params({"op": "elementwise", "shape": shapes[name]}, {"shape"}, p.where.at(f"shapes.{name}")).shape("shape")
     rank = max(len(s) for s in shapes.values())
@@ -228,8 +230,10 @@ def _elementwise(p: _Params) -> Expansion:
 def _transpose(p: _Params) -> Expansion:
     shape = p.shape("shape")
     perm = p.obj.get("perm")
-    if not isinstance(perm, list) or sorted(perm) != list(range(len(shape))):
-        raise p.where.at("perm").error(f"expected a permutation of 0..{len(shape) - 1}, got {perm!r}")
+    # Booleans and floats compare equal to integers (True == 1, 1.0 == 1): accept integers only.
+    if not isinstance(perm, list) or not all(type(q) is int for q in perm) \
+            or sorted(perm) != list(range(len(shape))):
+        raise p.where.at("perm").error(f"expected a permutation of 0..{len(shape) - 1}, got {short(perm)}")
     names = [f"i{d}" for d in range(len(shape))]
     out = [names[q] for q in perm]
     return Expansion(f"Y[{','.join(out)}] = X[{','.join(names)}]",
