@@ -87,7 +87,7 @@ def _factors(e: Expr) -> tuple[list[Read], float] | None:
         if a is None or b is None:
             return None
         return a[0] + b[0], a[1] * b[1]
-    if isinstance(e, BinOp) and e.op == "/" and isinstance(e.rhs, Const):
+    if isinstance(e, BinOp) and e.op == "/" and isinstance(e.rhs, Const) and e.rhs.value != 0:
         a = _factors(e.lhs)
         return None if a is None else (a[0], a[1] / e.rhs.value)
     return None
@@ -110,6 +110,8 @@ def _einsum(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray | None:
             return None
         specs.append("".join(letters[a] for a in axes))  # type: ignore[index]
     out = "".join(letters[i.plain_axis()] for i in expr.out_index)  # type: ignore[index]
+    if not set(out) <= set("".join(specs)):  # an output axis no input reads: einsum cannot broadcast it
+        return None
     result = np.einsum(",".join(specs) + "->" + out, *[data[r.tensor] for r in reads], optimize=True)
     return result * scale if scale != 1.0 else result
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from roller.construct.rtile import RProgram
+from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.ir.vector import vector_width
@@ -33,6 +34,9 @@ class Dialect:
     to_acc: str = "(float)({x})"  # converting a loaded element to the accumulator type
     from_acc: str = "({ctype})({x})"
     vector_loads: bool = False  # OpenCL C's floatN, vloadN/vstoreN: CPU kernels vectorise inside a work-item
+    # 64-bit integer types, for index arithmetic that 32 bits cannot hold (see index_types)
+    wide_int: str = "long long"
+    wide_uint: str = "unsigned long long"
 
 
 @dataclass
@@ -40,6 +44,8 @@ class DimPlan:
     extent: int
     div: int  # decode divisor of a linear index over this tile
     origin: str = "0"  # C expression: first tensor index of the tile in this dimension
+    itype: str = "int"  # C type of the tensor index in this dimension (64 bits where 32 cannot hold it)
+    utype: str = "unsigned"  # its unsigned type, for the one-comparison bounds test
 
 
 @dataclass
@@ -51,6 +57,8 @@ class ViewPlan:
     src_sizes: list[int]
     src_strides: list[int]
     virtual_sizes: list[int]
+    src_itypes: list[str] = field(default_factory=list)  # C type of each source index (see index_types)
+    src_utypes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -67,6 +75,8 @@ class TensorPlan:
     smem_elems: int = 0
     smem_strides: list[int] = field(default_factory=list)
     tile_elems: int = 0
+    # unstaged reads: the largest value of every axis variable an index of this tensor is computed from
+    ranges: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,10 +169,32 @@ def _c_float(v: float, d: Dialect) -> str:
     return f"{text}{d.float_suffix}" if d.float_suffix else text
 
 
-def _affine_c(a: Affine, var: Callable[[str], str]) -> str:
+INT32_MAX = 2**31 - 1
+
+
+def reach(a: Affine, ranges: dict[str, int]) -> int:
+    """A bound on the magnitude of an index and of every partial sum C computes it through, for axis values in
+    [0, ranges[axis]]."""
+    return abs(a.const) + sum(abs(c) * max(ranges.get(ax, 0), 0) for ax, c in a.terms)
+
+
+def index_types(a: Affine, ranges: dict[str, int], d: Dialect) -> tuple[str, str]:
+    """(signed, unsigned) C types an index is computed in: ``int`` where every value it and its partial sums take
+    is proven to fit 32 bits (the shapes, coefficients and tile extents are all known here), else the dialect's
+    64-bit types. With 32 bits, ``X[4294967296*i+1]`` would wrap to a small index that passes the bounds test
+    while the load used all 64 bits of the product (the IR bounds every index by 2^62, so 64 bits always hold)."""
+    if reach(a, ranges) <= INT32_MAX:
+        return "int", "unsigned"
+    return d.wide_int, d.wide_uint
+
+
+def _affine_c(a: Affine, var: Callable[[str], str], wide: str = "") -> str:
+    """``a`` as C over the axis variables ``var(axis)``; ``wide`` (a 64-bit type) converts each variable first,
+    so that the products and sums are computed in 64 bits."""
     parts = []
     for ax, c in a.terms:
-        parts.append(var(ax) if c == 1 else f"{c} * {var(ax)}")
+        v = f"({wide}){var(ax)}" if wide else var(ax)
+        parts.append(v if c == 1 else f"{c} * {v}")
     if a.const or not parts:
         parts.append(str(a.const))
     return " + ".join(parts).replace("+ -", "- ")
@@ -228,6 +260,14 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         div_k *= ax.block
 
     block_shape = {a.name: b_tile[i] for i, a in enumerate(expr.axes)}
+    # The largest value each axis variable takes: tiles run past an axis's end (those points are clamped or
+    # guarded, never stored), and an unstaged reduction walks exactly its extent.
+    ranges = {ax.name: ax.blocks * ax.block - 1 for ax in spatial}
+    ranges.update({ax.name: (ax.blocks * ax.block if staged else ax.extent) - 1 for ax in reduce})
+    for ax in spatial:
+        if ax.blocks * ax.block > INT32_MAX:
+            raise InputError(f"{expr.name}: axis {ax.name} runs to {ax.blocks * ax.block} with its tiles, more than "
+                             "32-bit thread coordinates hold", field="shapes")
     pads = dict(prog.block_tile.storage_padding)
     acc_ctype = d.ctype[expr.acc_dtype]
 
@@ -253,8 +293,10 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                 lows.append(lo)
                 # The tile's first index: the affine map at the tile's start, shifted by the lowest offset.
                 starts = Affine.of({a: c for a, c in accs[0][dim].terms})
-                origin = _affine_c(Affine(starts.terms, lo), var_start)
-                dims.append(DimPlan(hi - lo + 1, 0, origin))
+                widest = max(accs, key=lambda idx: reach(idx[dim], ranges))[dim]
+                itype, utype = index_types(widest, ranges, d)
+                origin = _affine_c(Affine(starts.terms, lo), var_start, "" if itype == "int" else itype)
+                dims.append(DimPlan(hi - lo + 1, 0, origin, itype, utype))
             ext = [dp.extent for dp in dims]
             div = 1
             for dp in reversed(dims):
@@ -280,6 +322,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             # Without staging, padded points of a partial block would read past a tensor's end through a
             # plain spatial index: clamp those (their results are never stored), guard the rest.
             clamp = {a.name: a.extent for a in expr.spatial_axes} if expr.reduce_axes else {}
+            tp.ranges = ranges
             for idx in accs:
                 read_exprs[(t.name, idx)] = _global_read(tp, idx, var_global, expr.pad_value, d, clamp)
         inputs.append(tp)
@@ -304,6 +347,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     for ax in reversed(reduce):
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
+    out.ranges = ranges
     vec = _vec_plan(expr, spatial, inputs, out, d) if blocked and not staged and d.vector_loads else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
@@ -396,7 +440,7 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     # as one: the address is not clamped along the axis, and a test that the last lane is inside picks the
     # load; the vector across the end gathers its lanes clamped.
     rows = {a: n for a, n in clamp.items() if a != axis}
-    conds, offs = _global_address(tp, idx, var_global, rows)
+    conds, offs = _global_address(tp, idx, var_global, rows, d)
     load = f"vload{width}(0, {tp.name} + {offs})"
     ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp and any(
         i.plain_axis() == axis for i in idx) else []
@@ -404,7 +448,7 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     # first and last lane inside the tensor means all are, and the run is one load; at a border, gather.
     moving = any(_guarded(tp, dim, i) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
     if moving:
-        ends += _global_address(tp, idx, lane(width - 1), rows)[0]
+        ends += _global_address(tp, idx, lane(width - 1), rows, d)[0]
     if ends:
         return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {gathered()})"
     if conds:
@@ -421,8 +465,12 @@ def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
     if t.view is not None and not t.view.is_reshape():
         v = t.view
         subs = [list(reversed(dim)) for dim in v.dims]
-        src = [_affine_c(i, lambda a: f"rl_v_{a}") for i in v.index]
-        vp = ViewPlan(subs, src, list(v.source_shape), _strides(v.source_shape), list(t.shape))
+        # Sub-axis values come from decoding a virtual index: each lies in [0, its extent).
+        sub_ranges = {name: ext - 1 for dim in v.dims for name, ext in dim}
+        types = [index_types(i, sub_ranges, d) for i in v.index]
+        src = [_affine_c(i, lambda a: f"rl_v_{a}", "" if it == "int" else it) for i, (it, _) in zip(v.index, types)]
+        vp = ViewPlan(subs, src, list(v.source_shape), _strides(v.source_shape), list(t.shape),
+                      [it for it, _ in types], [ut for _, ut in types])
         return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape), vp)
     return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape))
 
@@ -434,17 +482,18 @@ def _guarded(tp: TensorPlan, dim: int, i: Affine) -> bool:
 
 
 def _global_address(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str],
-                    clamp: dict[str, int] | None) -> tuple[list[str], str]:
+                    clamp: dict[str, int] | None, d: Dialect) -> tuple[list[str], str]:
     """(bounds tests, flat offset) of a plain tensor's read."""
     conds = []
     offs = []
     for dim, i in enumerate(idx):
-        c = _affine_c(i, var)
+        itype, utype = index_types(i, tp.ranges, d)
+        c = _affine_c(i, var, "" if itype == "int" else itype)
         plain = i.plain_axis()
         if plain is not None and clamp and plain in clamp:
             c = f"min({var(plain)}, {clamp[plain] - 1})"
         elif _guarded(tp, dim, i):
-            conds.append(f"(unsigned)({c}) < {tp.sizes[dim]}u")
+            conds.append(f"({utype})({c}) < {tp.sizes[dim]}u")
         offs.append(f"({c}) * {tp.strides[dim]}" if tp.strides[dim] != 1 else f"({c})")
     return conds, " + ".join(offs) or "0"
 
@@ -455,7 +504,7 @@ def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], s
     indices that can leave the tensor are guarded and read as the pad value."""
     if tp.view is not None:
         return _view_read(tp, idx, var, pad, d, clamp)
-    conds, off = _global_address(tp, idx, var, clamp)
+    conds, off = _global_address(tp, idx, var, clamp, d)
     load = d.to_acc.format(x=f"{tp.name}[{off}]")
     if not conds:
         return load
@@ -471,7 +520,9 @@ def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str
     subs: dict[str, str] = {}
     for dim, (i, parts) in enumerate(zip(idx, v.subs)):
         plain = i.plain_axis()
-        virt = f"min({var(plain)}, {clamp[plain] - 1})" if plain and clamp and plain in clamp else _affine_c(i, var)
+        itype, _ = index_types(i, tp.ranges, d)
+        virt = f"min({var(plain)}, {clamp[plain] - 1})" if plain and clamp and plain in clamp else \
+            _affine_c(i, var, "" if itype == "int" else itype)
         div = 1
         for name, ext in parts:
             subs[name] = f"((({virt}) / {div}) % {ext})" if div > 1 else f"(({virt}) % {ext})"
@@ -481,7 +532,7 @@ def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str
         c = e
         for name, text in sorted(subs.items(), key=lambda kv: -len(kv[0])):
             c = c.replace(f"rl_v_{name}", text)
-        conds.append(f"(unsigned)({c}) < {v.src_sizes[dim]}u")
+        conds.append(f"({v.src_utypes[dim]})({c}) < {v.src_sizes[dim]}u")
         offs.append(f"({c}) * {v.src_strides[dim]}" if v.src_strides[dim] != 1 else f"({c})")
     load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs)}]")
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"

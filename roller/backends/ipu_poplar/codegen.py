@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from roller.backends.c_family.plan import Dialect, render_body
+from roller.backends.c_family.plan import INT32_MAX, Dialect, reach, render_body
 from roller.backends.ipu_poplar.plan import AxisMap, GraphPlan, TensorMap, dumps, interval
 from roller.ir.expr import Affine, Const, Read
 from roller.ir.tensor_expr import TensorExpr
@@ -65,8 +65,10 @@ def fields(p: GraphPlan) -> list[Field]:
     return out
 
 
-def _affine(i: Affine, var: str = "rl_g_") -> str:
-    parts = [f"{var}{a}" if c == 1 else f"{c} * {var}{a}" for a, c in i.terms]
+def _affine(i: Affine, var: str = "rl_g_", wide: str = "") -> str:
+    """``i`` as C++ over ``var<axis>``; ``wide`` (a 64-bit type) converts each variable first."""
+    cast = f"({wide})" if wide else ""
+    parts = [f"{cast}{var}{a}" if c == 1 else f"{c} * {cast}{var}{a}" for a, c in i.terms]
     if i.const or not parts:
         parts.append(str(i.const))
     return " + ".join(parts).replace("+ -", "- ")
@@ -87,11 +89,15 @@ def _read(t: TensorMap, r: Read, extents: dict[str, int], pad: str) -> str:
     offs, conds = [], []
     full = {a: (0, e - 1) for a, e in extents.items()}
     for d, i in enumerate(r.index):
-        local = f"({_affine(i)} - (int)rl_lo_{t.name}_{d})"
+        # 32 bits where every value of the index (and its partial sums) is proven to fit, else 64 (an IPU's int
+        # and long are 32 bits): a wrapped index would pass the bounds test and read elsewhere.
+        wide = reach(i, {a: e - 1 for a, e in extents.items()}) > INT32_MAX
+        itype, utype = ("long long", "unsigned long long") if wide else ("int", "unsigned")
+        local = f"({_affine(i, wide=itype if wide else '')} - ({itype})rl_lo_{t.name}_{d})"
         offs.append(local if d == len(r.index) - 1 else f"{local} * rl_s_{t.name}_{d}")
         lo, hi = interval(i, full)
         if lo < 0 or hi >= t.shape[d]:
-            conds.append(f"(unsigned){local} < rl_n_{t.name}_{d}")
+            conds.append(f"({utype}){local} < rl_n_{t.name}_{d}")
     load = f"{t.name}[{' + '.join(offs) or '0'}]"
     return f"({' && '.join(conds)} ? {load} : {pad})" if conds else load
 

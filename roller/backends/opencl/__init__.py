@@ -17,7 +17,7 @@ DIALECT = Dialect(
     funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "fmax({0}, {zero})",
            "abs": "fabs({0})", "max": "fmax({0}, {1})", "min": "fmin({0}, {1})"},
-    to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True)
+    to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong")
 
 
 class OpenCLBackend(Backend):
