@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,13 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
                          field="--inputs") from None
 
 
+def _check_numeric(name: str, arr: np.ndarray, path: str | None) -> None:
+    # Kernels take real numbers: strings would fail deep in numpy, complex numbers lose their imaginary part.
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"array {name!r} holds {arr.dtype} values; expected real numbers", source=path,
+                         field="--inputs")
+
+
 def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -> dict[str, np.ndarray]:
     from roller.numpy_reference import bind_inputs, random_inputs
 
@@ -63,6 +71,7 @@ def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -
     for t in op.inputs:
         for key in (f"{op.name}.{t.name}", t.name):
             if key in given:
+                _check_numeric(key, given[key], path)
                 chosen[t.name] = given[key]
                 break
         else:
@@ -74,15 +83,28 @@ def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -
         raise InputError(f"op {op.name}: {err.bare}", source=path, field="--inputs") from None
 
 
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Atomically: to a temp file next to ``path``, then renamed."""
+def check_save_path(path: str) -> None:
+    """InputError unless ``path`` can take the outputs: checked before any op runs, not after them all."""
     target = Path(path)
     folder = target.resolve().parent
     if not folder.is_dir():
         raise InputError("folder does not exist", source=str(target.parent), field="--save")
+    if target.is_dir():
+        raise InputError("is a folder; give a file name (e.g. out.npz)", source=path, field="--save")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError("cannot write there: the folder is not writable", source=path, field="--save")
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Atomically: to a temp file next to ``path``, then renamed."""
+    target = Path(path)
+    check_save_path(path)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    write_atomic(target, buf.getvalue())
+    try:
+        write_atomic(target, buf.getvalue())
+    except OSError as err:
+        raise InputError(f"cannot write there: {err.strerror or err}", source=path, field="--save") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -92,6 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     hwd, be, ops = setup(args)
     require_device(be, hwd, why="roller run")
+    if args.save:
+        check_save_path(args.save)
     given = load_npz(args.inputs) if args.inputs else None
     bound_all = [inputs_for(op, given, args.inputs) for op in ops]  # all input problems before any work
     outputs: dict[str, np.ndarray] = {}

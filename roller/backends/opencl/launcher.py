@@ -6,7 +6,9 @@ does not depend on ICD enumeration order), else the first platform.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import statistics
 import tempfile
 from pathlib import Path
@@ -96,11 +98,14 @@ class CLRunner(Runner):
         except cl.RuntimeError as err:
             path = _keep_source(art, workdir)
             log = str(err).strip()
-            repro = (f"python -c \"import pyopencl as cl; ctx=cl.create_some_context(False); "
-                     f"cl.Program(ctx, open({str(path)!r}).read()).build()\"")
+            script = (f"import pyopencl as cl; ctx=cl.create_some_context(False); "
+                      f"cl.Program(ctx, open({str(path)!r}).read()).build()")
+            repro = shlex.join(["python", "-c", script])  # quoted for any path a shell might mangle
             raise CompileError(f"OpenCL build of {art.kernel_name} failed\n{log}\nkernel: {path}\n"
                                f"repro: {repro}") from None
-        self.kernel = getattr(self.program, art.kernel_name)
+        # By name, not as an attribute: a kernel named like a Program attribute ('build', 'get_info') would
+        # otherwise be that attribute.
+        self.kernel = cl.Kernel(self.program, art.kernel_name)
         launch = art.launch
         self.global_size = (launch["global_size"][0],)
         self.local_size = (launch["block"][0],)
@@ -149,10 +154,26 @@ class CLRunner(Runner):
 
 
 def _keep_source(art: Artifact, workdir: Path | None) -> Path:
-    folder = workdir or Path(tempfile.mkdtemp(prefix="roller-cl-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / art.main_file
-    path.write_text(art.source)
+    """Where a kernel that failed to compile is kept for the repro command: in ``workdir`` when given, else as
+    one file per distinct source in the kernel cache's ``failed/`` folder (``roller cache clear`` empties it),
+    so that failures leave no temporary folder behind and the same failure twice keeps one file."""
+    if workdir is not None:
+        folder = Path(workdir)
+        path = folder / art.main_file
+    else:
+        from roller.cache import cache_dir
+
+        digest = hashlib.sha256(art.source.encode()).hexdigest()[:12]
+        folder = cache_dir() / "failed"
+        path = folder / f"{art.kernel_name}-{digest}.{art.main_file.rsplit('.', 1)[-1]}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(art.source)
+    except OSError:  # an unwritable cache: the shared temporary folder, still one file per source
+        folder = Path(tempfile.gettempdir()) / "roller-failed-kernels"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / path.name
+        path.write_text(art.source)
     return path
 
 
