@@ -104,7 +104,7 @@ def test_negative_control_overlapping_outputs_are_caught(tmp_path: Path) -> None
 def test_rank0_output_and_unit_extents(tmp_path: Path) -> None:
     """A full reduction to a scalar and a matmul with extent-1 axes: shapes the suite does not cover."""
     ops = load_ops({"ops": [{"name": "total", "op": "reduce", "kind": "max", "shape": [5, 7], "axes": [0, 1]},
-                            {"name": "dot", "op": "matmul", "M": 1, "N": 1, "K": 9}]})
+                            {"name": "dotp", "op": "matmul", "M": 1, "N": 1, "K": 9}]})
     arts, refs = cases("ipu-gc2", ops)
     results, _ = host_run(arts, tmp_path, jobs=1)
     for name, (ref, _) in refs.items():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, reads, walk
-from roller.ir.names import check_identifier
+from roller.ir.names import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, TensorDecl, TensorExpr
 
@@ -259,11 +259,11 @@ def _check_shape(shp: object, where: Where) -> None:
 
 
 def _check_names(stmt: Statement, text: str, where: Where) -> None:
-    problem = check_identifier(stmt.output)
+    problem = check_name(stmt.output, "tensor")
     if problem:
         raise expr_error(where, text, stmt.out_pos, f"output name: {problem}")
     for r in reads(stmt.body):
-        problem = check_identifier(r.tensor)
+        problem = check_name(r.tensor, "tensor")
         if problem:
             raise expr_error(where, text, r.pos, f"tensor name: {problem}")
         for idx in r.index:

@@ -1,7 +1,9 @@
 """Which names may reach generated source: tensor, axis and op names become C identifiers."""
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 
 from roller.ir.expr import FUNCS
 
@@ -23,6 +25,46 @@ warpSize dim3 main
 get_global_id get_local_id get_group_id get_local_size barrier
 poplar Vertex MultiVertex Input Output InOut Vector compute
 """.split()) | frozenset(FUNCS) | frozenset({"inf", "nan", "INFINITY", "NAN", "pow", "fma", "mad"})
+
+
+_TARGET_NAMES = Path(__file__).with_name("reserved_names.txt")
+# Functions the generated kernels call by an unqualified name: a kernel parameter (a tensor) named so would hide
+# the function inside the kernel.
+KERNEL_CALLS = frozenset((
+    "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "fabs", "expf", "logf", "sqrtf", "rsqrtf", "tanhf", "erff",
+    "fabsf", "isnan", "min", "max", "get_group_id", "get_local_id", "barrier", "vload_half", "vstore_half")) | frozenset(
+    f"{op}{n}" for op in ("vload", "vstore") for n in (2, 3, 4, 8, 16))
+
+
+@functools.lru_cache(maxsize=1)
+def target_names() -> dict[str, str]:
+    """name -> kind (macro, type, function, enumerator) of what the target languages define at global scope
+    (reserved_names.txt, made by scripts/reserved_names.py from the compilers' own headers)."""
+    out: dict[str, str] = {}
+    for line in _TARGET_NAMES.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, kind = line.split()
+            out[name] = kind
+    return out
+
+
+def check_name(name: object, role: str) -> str | None:
+    """None when ``name`` can name a tensor (``role`` "tensor": it becomes a kernel parameter) or an op
+    ("op": it becomes the kernel's name) in every target language, else what is wrong with it. A parameter may
+    hide a global function the kernel does not call; a kernel's name may not be any global name."""
+    problem = check_identifier(name)
+    if problem:
+        return problem
+    assert isinstance(name, str)
+    kind = target_names().get(name)
+    if role == "tensor" and (kind in ("macro", "type") or name in KERNEL_CALLS):
+        what = f"a {kind}" if kind in ("macro", "type") else "a function generated kernels call"
+        return (f"{name!r} is {what} in C, C++, OpenCL C, CUDA or HIP, and tensors name kernel parameters; "
+                f"choose another name (e.g. {name}_)")
+    if role == "op" and kind is not None:
+        return (f"{name!r} is a {kind} in C, C++, OpenCL C, CUDA or HIP, and ops name their kernels; choose "
+                f"another name (e.g. {name}_)")
+    return None
 
 
 def check_identifier(name: object) -> str | None:

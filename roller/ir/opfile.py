@@ -9,7 +9,7 @@ from typing import Any, Union
 
 from roller.errors import InputError
 from roller.ir.build import FLOAT32_MAX, Where, build_expr, short
-from roller.ir.names import check_identifier
+from roller.ir.names import check_name
 from roller.ir.named import expand
 from roller.ir.tensor_expr import TensorExpr
 
@@ -150,7 +150,7 @@ def parse_op(obj: Any, where: Where, default_name: str = "op") -> TensorExpr:
     if "op" in obj and not isinstance(obj["op"], str):
         raise where.at("op").error(f"expected an op name (string), got {short(obj['op'])}")
     name = obj.get("name", obj.get("op", default_name) if "op" in obj else default_name)
-    problem = check_identifier(name)
+    problem = check_name(name, "op")
     if problem:
         raise where.at("name").error(problem)
     dtype = obj.get("dtype", "float32")

@@ -37,6 +37,17 @@ class Dialect:
     # 64-bit integer types, for index arithmetic that 32 bits cannot hold (see index_types)
     wide_int: str = "long long"
     wide_uint: str = "unsigned long long"
+    # storage ctype -> (to_acc, from_acc) where a plain cast does not convert (OpenCL keeps float16 as the bits
+    # in a ushort: without cl_khr_fp16 a half can only be read and written through vload_half/vstore_half)
+    conversions: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def load(self, ctype: str, x: str) -> str:
+        """Element ``x`` of storage type ``ctype`` as the accumulator type."""
+        return self.conversions.get(ctype, (self.to_acc, ""))[0].format(x=x)
+
+    def store(self, ctype: str, x: str) -> str:
+        """Accumulator value ``x`` as storage type ``ctype``."""
+        return self.conversions.get(ctype, ("", self.from_acc))[1].format(ctype=ctype, x=x)
 
 
 @dataclass
@@ -156,6 +167,7 @@ class KernelPlan:
     reduce_decode: list[tuple[str, int, int]] = field(default_factory=list)  # (axis, divisor, extent)
     vec: VecPlan | None = None
     notes: list[str] = field(default_factory=list)
+    vcombine: str = ""  # combine over vectors (the vector path's accumulators)
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -207,19 +219,34 @@ def _strides(sizes: list[int] | tuple[int, ...]) -> list[int]:
     return out
 
 
-def render_body(e: Expr, d: Dialect, read: Callable[[Read], str]) -> str:
+def render_body(e: Expr, d: Dialect, read: Callable[[Read], str], vtype: str = "") -> str:
+    """The body as a C expression. With ``vtype`` (a vector type, CPU kernels) reads are vectors and a call's
+    arguments are converted to ``vtype`` (a scalar constant broadcast): the generated helpers (rl_max_v ...)
+    take vectors only. Function templates name the vector helpers through ``{v}``."""
     if isinstance(e, Const):
         return _c_float(e.value, d)
     if isinstance(e, Read):
         return read(e)
     if isinstance(e, Neg):
-        return f"(-{render_body(e.x, d, read)})"
+        return f"(-{render_body(e.x, d, read, vtype)})"
     if isinstance(e, BinOp):
-        return f"({render_body(e.lhs, d, read)} {e.op} {render_body(e.rhs, d, read)})"
+        return f"({render_body(e.lhs, d, read, vtype)} {e.op} {render_body(e.rhs, d, read, vtype)})"
     if isinstance(e, Call):
-        args = [render_body(a, d, read) for a in e.args]
-        return d.funcs[e.fn].format(*args, zero=_c_float(0.0, d), one=_c_float(1.0, d))
+        args = [render_body(a, d, read, vtype) for a in e.args]
+        if vtype:
+            args = [f"(({vtype})({a}))" for a in args]
+        return d.funcs[e.fn].format(*args, zero=_c_float(0.0, d), one=_c_float(1.0, d), v="_v" if vtype else "")
     raise TypeError(e)
+
+
+def combine_stmt(reduce_op: str | None, d: Dialect, vector: bool = False) -> str:
+    """The statement folding ``{val}`` into ``{acc}`` (a template for str.format)."""
+    if reduce_op == "sum":
+        return "{acc} += {val};"
+    if reduce_op in ("max", "min"):
+        fold = d.funcs[reduce_op].format("{acc}", "{val}", zero="", one="", v="_v" if vector else "")
+        return "{acc} = " + fold + ";"
+    return "{acc} = {val};"
 
 
 def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None) -> KernelPlan:
@@ -317,7 +344,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                     if tp.smem_strides[dim] != 1:
                         expr_c = f"({expr_c}) * {tp.smem_strides[dim]}"
                     terms.append(expr_c)
-                read_exprs[(t.name, idx)] = d.to_acc.format(x=f"{tp.smem}[{' + '.join(terms) or '0'}]")
+                read_exprs[(t.name, idx)] = d.load(tp.ctype, f"{tp.smem}[{' + '.join(terms) or '0'}]")
         else:
             # Without staging, padded points of a partial block would read past a tensor's end through a
             # plain spatial index: clamp those (their results are never stored), guard the rest.
@@ -330,14 +357,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)])
     out = _tensor_plan(expr.output, d)
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
-    if expr.reduce_op == "sum":
-        init, combine = _c_float(0.0, d), "{acc} += {val};"
-    elif expr.reduce_op == "max":
-        init, combine = f"(-{d.infinity})", "{acc} = " + d.funcs["max"].format("{acc}", "{val}") + ";"
-    elif expr.reduce_op == "min":
-        init, combine = d.infinity, "{acc} = " + d.funcs["min"].format("{acc}", "{val}") + ";"
-    else:
-        init, combine = _c_float(0.0, d), "{acc} = {val};"
+    init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
+    combine = combine_stmt(expr.reduce_op, d)
     guard = " && ".join(f"rl_s_{ax.name} + rl_l_{ax.name} < {ax.extent}" for ax in reduce
                         if ax.extent % ax.block) or ""
     params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
@@ -356,7 +377,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
-        reduce_op=expr.reduce_op, acc_init=init, combine=combine, body=body, out_index=out_index,
+        reduce_op=expr.reduce_op, acc_init=init, combine=combine, vcombine=combine_stmt(expr.reduce_op, d, True),
+        body=body, out_index=out_index,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec)
 
@@ -382,7 +404,7 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
                 reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp)
-        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)])
+        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype)
 
     def guard(axes: dict[str, int]) -> str:
         return " && ".join(f"rl_g_{a} < {n}" for a, n in axes.items())
@@ -505,7 +527,7 @@ def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], s
     if tp.view is not None:
         return _view_read(tp, idx, var, pad, d, clamp)
     conds, off = _global_address(tp, idx, var, clamp, d)
-    load = d.to_acc.format(x=f"{tp.name}[{off}]")
+    load = d.load(tp.ctype, f"{tp.name}[{off}]")
     if not conds:
         return load
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"
@@ -534,5 +556,5 @@ def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str
             c = c.replace(f"rl_v_{name}", text)
         conds.append(f"({v.src_utypes[dim]})({c}) < {v.src_sizes[dim]}u")
         offs.append(f"({c}) * {v.src_strides[dim]}" if v.src_strides[dim] != 1 else f"({c})")
-    load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs)}]")
+    load = d.load(tp.ctype, f"{tp.name}[{' + '.join(offs)}]")
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"

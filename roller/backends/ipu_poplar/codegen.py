@@ -25,8 +25,8 @@ DIALECT = Dialect(
     ctype={"float32": "float"},
     funcs={"exp": "std::exp({0})", "log": "std::log({0})", "sqrt": "std::sqrt({0})",
            "rsqrt": "({one} / std::sqrt({0}))", "tanh": "std::tanh({0})", "erf": "std::erf({0})",
-           "sigmoid": "({one} / ({one} + std::exp(-({0}))))", "relu": "std::fmax({0}, {zero})",
-           "abs": "std::fabs({0})", "max": "std::fmax({0}, {1})", "min": "std::fmin({0}, {1})"},
+           "sigmoid": "({one} / ({one} + std::exp(-({0}))))", "relu": "rl_relu({0})",
+           "abs": "std::fabs({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
     to_acc="{x}", from_acc="{x}")
 
 FILES = ("codelets.cpp", "host.cpp", "graph_plan.hpp", "graph_plan.json", "Makefile")
@@ -107,9 +107,9 @@ def _combine(reduce_op: str | None) -> tuple[str, str]:
     if reduce_op == "sum":
         return "0.0f", "rl_acc[rl_j] += rl_v;"
     if reduce_op == "max":
-        return "(-INFINITY)", "rl_acc[rl_j] = std::fmax(rl_acc[rl_j], rl_v);"
+        return "(-INFINITY)", "rl_acc[rl_j] = rl_max(rl_acc[rl_j], rl_v);"
     if reduce_op == "min":
-        return "INFINITY", "rl_acc[rl_j] = std::fmin(rl_acc[rl_j], rl_v);"
+        return "INFINITY", "rl_acc[rl_j] = rl_min(rl_acc[rl_j], rl_v);"
     return "0.0f", "rl_acc[rl_j] = rl_v;"
 
 

@@ -13,20 +13,26 @@ from roller.backends.c_family.render import render
 TEMPLATES = Path(__file__).parent / "templates"
 
 DIALECT = Dialect(
-    ctype={"float32": "float", "float16": "half", "bfloat16": "float"},
+    ctype={"float32": "float", "float16": "ushort"},
     funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
-           "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "fmax({0}, {zero})",
-           "abs": "fabs({0})", "max": "fmax({0}, {1})", "min": "fmin({0}, {1})"},
-    to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong")
+           "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
+           "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})"},
+    to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
+    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")})
 
 
 class OpenCLBackend(Backend):
     name = "opencl"
     serves = ("opencl",)
     file_ext = "cl"
-    dtypes = ("float32",)
+    dtypes = ("float32", "float16")
 
     def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
+        for t in prog.expr.tensors:
+            if t.dtype not in DIALECT.ctype:
+                # Rendering it as float would run it silently as float32.
+                raise InputError(f"{prog.expr.name}: tensor {t.name} is {t.dtype}, which OpenCL C has no type for; "
+                                 "use float32 or float16, or a backend that has it (cuda)", field="dtype")
         if prog.use_matrix:
             # A matrix program's register-level tile is one warp's fragment tile, not a thread's: the scalar
             # plan would index it wrongly.

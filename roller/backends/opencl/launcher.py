@@ -19,6 +19,7 @@ import numpy as np
 from roller.backends import Artifact, Runner
 from roller.errors import CompileError, InputError, ToolchainError
 from roller.hw.opencl_env import apply_pocl_defaults
+from roller.numpy_reference import np_dtype
 
 _CTX: dict[str, Any] = {}
 
@@ -123,10 +124,12 @@ class CLRunner(Runner):
         mf = cl.mem_flags
         bufs = []
         for spec, arr in zip(self.args[:-1], inputs):
-            a = np.ascontiguousarray(arr, dtype=np.float32)
+            # Each buffer in its tensor's dtype: a float16 tensor is 2-byte elements to the kernel.
+            a = np.ascontiguousarray(arr, dtype=np_dtype(spec.get("dtype", "float32")))
             bufs.append(cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a))
         oshape = tuple(self.args[-1]["shape"])
-        host = out if out is not None else np.empty(oshape, dtype=np.float32)
+        odtype = np_dtype(self.args[-1].get("dtype", "float32"))
+        host = out if out is not None and out.dtype == odtype else np.empty(oshape, dtype=odtype)
         obuf = cl.Buffer(self.ctx, mf.WRITE_ONLY, size=max(4, host.nbytes))
         return bufs, obuf, host
 
@@ -139,6 +142,9 @@ class CLRunner(Runner):
         self._launch(bufs, obuf)
         cl.enqueue_copy(self.queue, host, obuf)
         self.queue.finish()
+        if out is not None and host is not out:
+            out[...] = host
+            return out
         return host
 
     def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
