@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from roller.errors import InputError
-from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read, walk
+from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, walk
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
 
@@ -161,6 +161,8 @@ def _index(a: Affine, env: dict) -> np.ndarray:
 def _eval(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float) -> np.ndarray:
     if isinstance(e, Const):
         return np.float64(e.value)
+    if isinstance(e, AxisValue):
+        return np.asarray(env[e.axis], dtype=np.float64)
     if isinstance(e, Read):
         arr = data[e.tensor]
         idx = [_index(i, env) for i in e.index]
@@ -358,7 +360,7 @@ def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: fl
     """(value, bound on the float32 evaluation's error) of a body, first order, as _eval evaluates it."""
     if isinstance(e, Const):
         return np.float64(e.value), np.float64(abs(e.value) * u if math.isfinite(e.value) else 0.0)
-    if isinstance(e, Read):
+    if isinstance(e, (Read, AxisValue)):  # exact: inputs are the kernel's own values, axis values are small
         return _eval(e, env, data, pad), np.float64(0.0)
     if isinstance(e, Neg):
         v, d = _eval_err(e.x, env, data, pad, u)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from roller.errors import InputError
-from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, reads, walk
+from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
 from roller.ir.names import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, TensorDecl, TensorExpr
@@ -102,10 +102,14 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
             for a in idx.axes():
                 if a not in all_axes:
                     all_axes.append(a)
+    values = axis_values(stmt.body)
+    for v in values:
+        if v.axis not in all_axes:
+            all_axes.append(v.axis)
     red_axes = [a for a in all_axes if a not in out_axes]
     reduce_op = REDUCE_OPS[stmt.op]
     if red_axes and reduce_op is None:
-        pos = next(r.pos for r in body_reads if any(red_axes[0] in i.axes() for i in r.index))
+        pos = _axis_pos(stmt.body, red_axes[0])
         raise expr_error(ew, text, pos,
                          f"reduction index {red_axes[0]!r} needs a reducing assignment (+=, max=, min=), not '='")
 
@@ -164,7 +168,7 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
         ext[a] = n
     for a in all_axes:
         if a not in ext:
-            pos = next((r.pos for r in body_reads if any(a in i.axes() for i in r.index)), 0)
+            pos = _axis_pos(stmt.body, a)
             raise expr_error(ew, text, pos, f"cannot infer the extent of axis {a!r}: it never indexes a "
                              "dimension alone (give it in 'extents')")
     oshape = tuple(shapes.get(stmt.output) or [ext[a] for a in out_axes])
@@ -217,11 +221,20 @@ def _terms(e: Expr) -> list[Expr]:
 
 
 def _depends(e: Expr, axes: set[str]) -> bool:
-    return any(a in axes for r in reads(e) for i in r.index for a in i.axes())
+    return any(a in axes for r in reads(e) for i in r.index for a in i.axes()) or \
+        any(v.axis in axes for v in axis_values(e))
+
+
+def _axis_pos(e: Expr, axis: str) -> int:
+    """Column of the first use of ``axis`` in a body: in a read's index, or as a value."""
+    cols = [r.pos for r in reads(e) if any(axis in i.axes() for i in r.index)]
+    cols += [v.pos for v in axis_values(e) if v.axis == axis]
+    return min((c for c in cols if c >= 0), default=0)
 
 
 def _first_pos(e: Expr, default: int) -> int:
-    return next((r.pos for r in reads(e) if r.pos >= 0), default)
+    cols = [r.pos for r in reads(e)] + [v.pos for v in axis_values(e)]
+    return min((c for c in cols if c >= 0), default=default)
 
 
 def _check_sum_body(body: Expr, red: set[str], text: str, where: Where, points: int) -> None:
@@ -276,6 +289,11 @@ def _check_names(stmt: Statement, text: str, where: Where) -> None:
             problem = check_identifier(a)
             if problem:
                 raise expr_error(where, text, stmt.out_pos, f"axis name: {problem}")
+    for v in axis_values(stmt.body):
+        problem = check_identifier(v.axis)
+        if problem:
+            raise expr_error(where, text, v.pos, f"{v.axis!r} is not an axis, a tensor read or a function call "
+                                                 f"({problem})")
 
 
 def _index_pos(text: str, start: int, i: int) -> int:

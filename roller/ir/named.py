@@ -160,7 +160,22 @@ def _pool(p: _Params, kind: str) -> Expansion:
     read = f"X[n,c,{_shift(stride, 'h', 1, 'r', ph)},{_shift(stride, 'w', 1, 's', pw)}]"
     shapes = {"X": [n, c, h, w], "Y": [n, c, oh, ow]}
     if kind == "avg":
-        return Expansion(f"Y[n,c,h,w] += {read} / {float(k * k)}", shapes, {"r": k, "s": k})
+        if p.bool("count_include_pad", True):
+            # PyTorch's default: every window divides by K*K, padding counted as zeros.
+            return Expansion(f"Y[n,c,h,w] += {read} / {float(k * k)}", shapes, {"r": k, "s": k})
+        # TensorFlow's and ONNX's default: divide by the window's points inside the input. The count is the
+        # product of the window's overlap with [0, H) and with [0, W), from the output point's own coordinates.
+        def overlap(axis: str, before: int, size: int, out: int) -> str:
+            empty = [o for o in range(out) if min(o * stride - before + k, size) <= max(o * stride - before, 0)]
+            if empty:
+                raise p.where.at("padding").error(
+                    f"output {axis}={empty[0]} averages a window with no input point (padding {pad}, K={k}): with "
+                    "count_include_pad false its divisor would be 0")
+            start = (f"{axis}*{stride}" if stride != 1 else axis) + (f"-{before}" if before else "")
+            return f"(min({start} + {k}, {size}) - max({start}, 0))"
+
+        count = f"{overlap('h', ph, h, oh)} * {overlap('w', pw, w, ow)}"
+        return Expansion(f"Y[n,c,h,w] += {read} / ({count})", shapes, {"r": k, "s": k})
     return Expansion(f"Y[n,c,h,w] max= {read}", shapes, {"r": k, "s": k}, float("-inf"))
 
 
@@ -246,7 +261,7 @@ NAMED: dict[str, tuple[set[str], Callable[[_Params], Expansion]]] = {
     "batch_matmul": ({"B", "M", "N", "K", "transpose_a", "transpose_b"}, _batch_matmul),
     "conv2d": (_CONV_FIELDS | {"F"}, lambda p: _conv_common(p, False)),
     "depthwise_conv2d": (_CONV_FIELDS, lambda p: _conv_common(p, True)),
-    "avgpool2d": ({"N", "C", "H", "W", "K", "stride", "padding"}, lambda p: _pool(p, "avg")),
+    "avgpool2d": ({"N", "C", "H", "W", "K", "stride", "padding", "count_include_pad"}, lambda p: _pool(p, "avg")),
     "maxpool2d": ({"N", "C", "H", "W", "K", "stride", "padding"}, lambda p: _pool(p, "max")),
     "reduce": ({"kind", "shape", "axes"}, _reduce),
     "elementwise": ({"fn", "shapes"}, _elementwise),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from roller.ir.expr import FUNCS, UNARY_FUNCS, Affine, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import FUNCS, UNARY_FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 
 
 class ParseError(Exception):
@@ -239,7 +239,7 @@ class _Parser:
                 return Read(t.text, self.index_list(), t.pos)
             if t.text == "inf":
                 return Const(float("inf"))
-            raise ParseError(f"{t.text!r} is neither a tensor read nor a function call", t.pos)
+            return AxisValue(t.text, t.pos)  # a bare name is an axis's value (checked to be an axis later)
         got = "end of expression" if t.kind == "end" else repr(t.text)
         raise ParseError(f"expected a value, got {got}", t.pos)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from roller.construct.rtile import RProgram
 from roller.errors import InputError
-from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.ir.vector import vector_width
 
@@ -219,20 +219,25 @@ def _strides(sizes: list[int] | tuple[int, ...]) -> list[int]:
     return out
 
 
-def render_body(e: Expr, d: Dialect, read: Callable[[Read], str], vtype: str = "") -> str:
-    """The body as a C expression. With ``vtype`` (a vector type, CPU kernels) reads are vectors and a call's
-    arguments are converted to ``vtype`` (a scalar constant broadcast): the generated helpers (rl_max_v ...)
-    take vectors only. Function templates name the vector helpers through ``{v}``."""
+def render_body(e: Expr, d: Dialect, read: Callable[[Read], str], vtype: str = "",
+                axis: Callable[[str], str] | None = None) -> str:
+    """The body as a C expression; ``axis(name)`` renders an axis's value. With ``vtype`` (a vector type, CPU
+    kernels) reads are vectors and a call's arguments are converted to ``vtype`` (a scalar constant broadcast):
+    the generated helpers (rl_max_v ...) take vectors only. Function templates name them through ``{v}``."""
     if isinstance(e, Const):
         return _c_float(e.value, d)
     if isinstance(e, Read):
         return read(e)
+    if isinstance(e, AxisValue):
+        if axis is None:
+            raise TypeError(f"no rendering for the value of axis {e.axis}")
+        return axis(e.axis)
     if isinstance(e, Neg):
-        return f"(-{render_body(e.x, d, read, vtype)})"
+        return f"(-{render_body(e.x, d, read, vtype, axis)})"
     if isinstance(e, BinOp):
-        return f"({render_body(e.lhs, d, read, vtype)} {e.op} {render_body(e.rhs, d, read, vtype)})"
+        return f"({render_body(e.lhs, d, read, vtype, axis)} {e.op} {render_body(e.rhs, d, read, vtype, axis)})"
     if isinstance(e, Call):
-        args = [render_body(a, d, read, vtype) for a in e.args]
+        args = [render_body(a, d, read, vtype, axis) for a in e.args]
         if vtype:
             args = [f"(({vtype})({a}))" for a in args]
         return d.funcs[e.fn].format(*args, zero=_c_float(0.0, d), one=_c_float(1.0, d), v="_v" if vtype else "")
@@ -354,7 +359,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                 read_exprs[(t.name, idx)] = _global_read(tp, idx, var_global, expr.pad_value, d, clamp)
         inputs.append(tp)
 
-    body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)])
+    # An axis's value: its global coordinate (tile start + local coordinate in a staged kernel).
+    axis_c = (lambda a: f"((float)(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"((float){var_global(a)})")
+    body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)], axis=axis_c)
     out = _tensor_plan(expr.output, d)
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
     init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
@@ -404,7 +411,11 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
                 reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp)
-        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype)
+        def axis_v(a: str) -> str:
+            lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
+            return f"(({vtype})((float){var_global(a)}){lanes})"
+
+        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype, axis_v)
 
     def guard(axes: dict[str, int]) -> str:
         return " && ".join(f"rl_g_{a} < {n}" for a, n in axes.items())

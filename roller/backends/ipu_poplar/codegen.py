@@ -124,7 +124,8 @@ def _point(a: AxisMap) -> str:
 def context(p: GraphPlan, expr: TensorExpr, hw_target: str) -> dict[str, Any]:
     tensors = {t.name: t for t in p.tensors}
     pad = render_body(Const(p.pad_value), DIALECT, lambda r: "")
-    body = render_body(expr.body, DIALECT, lambda r: _read(tensors[r.tensor], r, expr.extents, pad))
+    body = render_body(expr.body, DIALECT, lambda r: _read(tensors[r.tensor], r, expr.extents, pad),
+                       axis=lambda a: f"((float)rl_g_{a})")
     init, combine = _combine(expr.reduce_op if p.reduce else None)
     out_axes = [i.plain_axis() for i in expr.out_index]
     out_offs = []
