@@ -40,6 +40,7 @@ class Dialect:
     # storage ctype -> (to_acc, from_acc) where a plain cast does not convert (OpenCL keeps float16 as the bits
     # in a ushort: without cl_khr_fp16 a half can only be read and written through vload_half/vstore_half)
     conversions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    language: str = "C"  # for messages
 
     def load(self, ctype: str, x: str) -> str:
         """Element ``x`` of storage type ``ctype`` as the accumulator type."""
@@ -262,6 +263,12 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     each thread owns a contiguous run of every axis (``blocked``), which is what a CPU compiler turns into
     SIMD inside one work-item; on GPUs threads own strided runs, which is what coalesces a warp."""
     expr = prog.expr
+    for t in expr.tensors:
+        if t.dtype not in d.ctype:
+            # Checked here for every C-family backend: a dtype without a type of its own must not be rendered as
+            # another (OpenCL once ran bfloat16 as float32) nor end as a KeyError.
+            raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
+                             f"use {' or '.join(d.ctype)}", field="dtype")
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
     scratchpad = prog.scopes[prog.block_level + 1] == "block"
@@ -384,7 +391,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
-        reduce_op=expr.reduce_op, acc_init=init, combine=combine, vcombine=combine_stmt(expr.reduce_op, d, True),
+        reduce_op=expr.reduce_op, acc_init=init, combine=combine,
+        vcombine=combine_stmt(expr.reduce_op, d, True) if vec else "",
         body=body, out_index=out_index,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec)

@@ -18,7 +18,7 @@ DIALECT = Dialect(
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
            "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
-    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")})
+    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")}, language="OpenCL C")
 
 
 class OpenCLBackend(Backend):
@@ -28,11 +28,6 @@ class OpenCLBackend(Backend):
     dtypes = ("float32", "float16")
 
     def render(self, prog, hw) -> Artifact:  # type: ignore[no-untyped-def]
-        for t in prog.expr.tensors:
-            if t.dtype not in DIALECT.ctype:
-                # Rendering it as float would run it silently as float32.
-                raise InputError(f"{prog.expr.name}: tensor {t.name} is {t.dtype}, which OpenCL C has no type for; "
-                                 "use float32 or float16, or a backend that has it (cuda)", field="dtype")
         if prog.use_matrix:
             # A matrix program's register-level tile is one warp's fragment tile, not a thread's: the scalar
             # plan would index it wrongly.
