@@ -18,7 +18,7 @@ import pytest
 
 import roller
 from roller.backends import get
-from roller.backends.c_family.plan import index_types, lower
+from roller.backends.c_family.plan import index_types
 from roller.backends.opencl import DIALECT as CL
 from roller.cli.main import main
 from roller.construct import construct
@@ -177,7 +177,7 @@ def test_wide_indices_run_in_the_poplar_host_run(tmp_path) -> None:
 def test_reductions_of_2_31_points_are_rejected(tmp_path, capsys, doc) -> None:
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
-    rc, out, err = cli(capsys, "op", "check", str(path))
+    rc, _out, err = cli(capsys, "op", "check", str(path))
     assert rc == 2 and "more than 2^31-1 (kernels count them in 32 bits)" in err
 
 
