@@ -105,16 +105,56 @@ def _einsum(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray | None:
     if len(letters) > 26:
         return None
     specs = []
+    operands = []
+    ext = expr.extents
     for r in reads:
         axes = [i.plain_axis() for i in r.index]
         if None in axes or len(set(axes)) != len(axes):
-            return None
+            strided = _window_view(data[r.tensor], r.index, ext, expr.pad_value)
+            if strided is None:
+                return None
+            view, axes = strided
+        else:
+            view = data[r.tensor]
         specs.append("".join(letters[a] for a in axes))  # type: ignore[index]
+        operands.append(view)
     out = "".join(letters[i.plain_axis()] for i in expr.out_index)  # type: ignore[index]
     if not set(out) <= set("".join(specs)):  # an output axis no input reads: einsum cannot broadcast it
         return None
-    result = np.einsum(",".join(specs) + "->" + out, *[data[r.tensor] for r in reads], optimize=True)
+    result = np.einsum(",".join(specs) + "->" + out, *operands, optimize=True)
     return result * scale if scale != 1.0 else result
+
+
+def _window_view(arr: np.ndarray, index: tuple[Affine, ...], ext: Mapping[str, int], pad: float
+                 ) -> tuple[np.ndarray, list[str]] | None:
+    """A read with affine indices (a convolution's ``X[n,c,2*h+r-1,w+s-1]``) as a strided view over the array
+    padded with the pad value: one view axis per (dimension, axis) term, so that einsum (BLAS) computes what
+    the loop over the iteration space would. None where that does not apply: a negative coefficient, an axis
+    in two dimensions, or padding far larger than the array (near-limit indices)."""
+    before, after, plan = [], [], []
+    seen: set[str] = set()
+    for d, i in enumerate(index):
+        if any(c <= 0 for _, c in i.terms) or seen & set(i.axes()):
+            return None
+        seen.update(i.axes())
+        lo = i.const
+        hi = i.const + sum(c * (ext[a] - 1) for a, c in i.terms)
+        before.append(max(0, -lo))
+        after.append(max(0, hi - (arr.shape[d] - 1)))
+        plan.append((lo, i.terms))
+    padded_size = math.prod(n + b + a for n, b, a in zip(arr.shape, before, after))
+    if padded_size > 4 * arr.size + (1 << 20):
+        return None
+    padded = np.pad(arr, list(zip(before, after)), constant_values=pad) if any(before) or any(after) else arr
+    offset = sum((lo + b) * st for (lo, _), b, st in zip(plan, before, padded.strides))
+    shape, strides, axes = [], [], []
+    for (_, terms), st in zip(plan, padded.strides):
+        for a, c in terms:
+            shape.append(ext[a])
+            strides.append(c * st)
+            axes.append(a)
+    base = padded.reshape(-1)[offset // padded.itemsize:]
+    return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=False), axes
 
 
 def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
