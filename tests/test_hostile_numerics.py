@@ -89,7 +89,7 @@ def test_sequential_float32_sums_pass_the_check(doc) -> None:
         terms = x["A"][:, :, None] * x["B"][None, :, :]  # [M, K, N], float32 products
         y = np.cumsum(terms, axis=1, dtype=np.float32)[:, -1, :]
     else:
-        view, axes = _window_view(x["X"], op.accesses("X")[0], op.extents, 0.0)
+        view, _axes = _window_view(x["X"], op.accesses("X")[0], op.extents, 0.0)
         xs = np.einsum("nchrws->nhwcrs", view).reshape(*[op.extents[a] for a in ("h", "w")], -1)
         w = x["W"].reshape(x["W"].shape[0], -1)
         terms = xs[:, :, None, :] * w[None, None, :, :]
@@ -256,7 +256,7 @@ def test_plus_equals_bodies_read_otherwise_are_rejected(tmp_path, capsys, expr, 
     shapes = {"A": [4, 3], "B": [3, 5], "bias": [5]}
     path = tmp_path / "op.json"
     path.write_text(json.dumps({"expr": expr, "shapes": {t: s for t, s in shapes.items() if f"{t}[" in expr}}))
-    rc, out, err = cli(capsys, "op", "check", str(path))
+    rc, _out, err = cli(capsys, "op", "check", str(path))
     assert rc == 2 and message in err and "second op" in err
 
 
@@ -317,7 +317,7 @@ def test_avgpool_windows_wholly_in_padding(tmp_path, capsys) -> None:
     path = tmp_path / "op.json"
     path.write_text(json.dumps({"op": "avgpool2d", "N": 1, "C": 1, "H": 5, "W": 5, "K": 2, "stride": 2,
                                 "padding": 2, "count_include_pad": False}))
-    rc, out, err = cli(capsys, "op", "check", str(path))
+    rc, _out, err = cli(capsys, "op", "check", str(path))
     assert rc == 2 and "averages a window with no input point" in err
 
 
@@ -355,5 +355,5 @@ def test_the_device_here_lacks_cl_khr_fp16() -> None:
 def test_bfloat16_is_rejected_where_there_is_no_type(tmp_path, capsys, backend, hw) -> None:
     path = tmp_path / "op.json"
     path.write_text(json.dumps(matmul("bf", 8, 8, 8) | {"dtype": "bfloat16"}))
-    rc, out, err = cli(capsys, "build", "--hw", hw, "--backend", backend, str(path), "-o", str(tmp_path / "o"))
+    rc, _out, err = cli(capsys, "build", "--hw", hw, "--backend", backend, str(path), "-o", str(tmp_path / "o"))
     assert rc == 2 and "is bfloat16, which" in err and "has no type for here" in err
