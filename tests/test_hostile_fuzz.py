@@ -34,8 +34,7 @@ def op_check(doc: dict) -> object | None:
         return None
 
 
-@FUZZ
-@settings(max_examples=10_000)
+@settings(FUZZ, max_examples=10_000)
 @given(doc=op_doc(), where=st.sampled_from(DESCRIPTIONS), opencl=st.booleans())
 def test_op_check_and_build(doc: dict, where: str, opencl: bool) -> None:
     expr = op_check(doc)
@@ -60,8 +59,7 @@ except Exception:  # noqa: BLE001 - no OpenCL device: the run half is skipped
 
 
 @pytest.mark.skipif(not _DEVICE_OK, reason="no OpenCL device")
-@FUZZ
-@settings(max_examples=150)
+@settings(FUZZ, max_examples=150)
 @given(doc=op_doc(), where=st.sampled_from(DESCRIPTIONS))
 def test_op_check_build_run_check(doc: dict, where: str) -> None:
     expr = op_check(doc)
