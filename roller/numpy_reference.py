@@ -7,8 +7,8 @@ as far as needed to keep temporaries near ``_CHUNK`` elements.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -157,7 +157,9 @@ def _window_view(arr: np.ndarray, index: tuple[Affine, ...], ext: Mapping[str, i
     return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=False), axes
 
 
-def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
+def _chunks(expr: TensorExpr) -> Iterator[tuple[dict, tuple[int, ...], tuple[int, ...]]]:
+    """(axis values, shape, reduced dimensions) of each chunk of the iteration space: the shortest reduction
+    axes are looped over in Python only as far as needed to keep a chunk near ``_CHUNK`` points."""
     axes = list(expr.axes)
     looped: list = []
     size = math.prod(a.extent for a in axes)
@@ -171,10 +173,15 @@ def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
     grids = {a.name: np.arange(a.extent).reshape([-1 if i == j else 1 for j in range(len(vec))])
              for i, a in enumerate(vec)}
     red_dims = tuple(i for i, a in enumerate(vec) if a.reduce)
-    acc: np.ndarray | None = None
     for point in np.ndindex(*[a.extent for a in looped]):
         env = dict(grids)
         env.update({a.name: np.int64(v) for a, v in zip(looped, point)})
+        yield env, shape, red_dims
+
+
+def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
+    acc: np.ndarray | None = None
+    for env, shape, red_dims in _chunks(expr):
         val = np.broadcast_to(_eval(expr.body, env, data, expr.pad_value), shape)
         if red_dims:
             val = {"sum": np.sum, "max": np.max, "min": np.min}[expr.reduce_op](val, axis=red_dims)
@@ -357,23 +364,8 @@ def _general_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(reference, term errors reduced as the op reduces, summed |terms|) over the iteration space, chunked
     as _general."""
-    axes = list(expr.axes)
-    looped: list = []
-    size = math.prod(a.extent for a in axes)
-    for a in sorted(expr.reduce_axes, key=lambda a: a.extent):
-        if size <= _CHUNK:
-            break
-        looped.append(a)
-        size //= a.extent
-    vec = [a for a in axes if a not in looped]
-    shape = tuple(a.extent for a in vec)
-    grids = {a.name: np.arange(a.extent).reshape([-1 if i == j else 1 for j in range(len(vec))])
-             for i, a in enumerate(vec)}
-    red = tuple(i for i, a in enumerate(vec) if a.reduce)
     acc = err_acc = mag_acc = None
-    for point in np.ndindex(*[a.extent for a in looped]):
-        env = dict(grids)
-        env.update({a.name: np.int64(v) for a, v in zip(looped, point)})
+    for env, shape, red in _chunks(expr):
         val, err = _eval_err(expr.body, env, data, expr.pad_value, u)
         val, err = np.broadcast_to(val, shape), np.broadcast_to(err, shape)
         mag = np.abs(val)

@@ -116,24 +116,15 @@ def _compiles(backend: str, hw_name: str, tmp_path: Path) -> dict:
     return be.check_compiles(art, hw, tmp_path)
 
 
-def test_wide_indices_compile_for_cuda(tmp_path) -> None:
+@pytest.mark.parametrize("backend,hw,resource", [("cuda", "h100", "registers"), ("hip", "mi50", "vgprs")])
+def test_wide_indices_compile(tmp_path, backend, hw, resource) -> None:
     from roller.errors import ToolchainError
 
     try:
-        usage = _compiles("cuda", "h100", tmp_path)
+        usage = _compiles(backend, hw, tmp_path)
     except ToolchainError as err:
         pytest.skip(str(err))
-    assert usage["registers"] > 0
-
-
-def test_wide_indices_compile_for_hip(tmp_path) -> None:
-    from roller.errors import ToolchainError
-
-    try:
-        usage = _compiles("hip", "mi50", tmp_path)
-    except ToolchainError as err:
-        pytest.skip(str(err))
-    assert usage["vgprs"] > 0
+    assert usage[resource] > 0
 
 
 def test_wide_indices_run_in_the_hip_emulation(tmp_path) -> None:
