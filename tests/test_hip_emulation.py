@@ -9,16 +9,14 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import roller
 import roller.hw as H
 from roller.backends import Artifact, get
 from roller.backends.rocm_hip import emulate, mfma
 from roller.construct import construct
 from roller.errors import ToolchainError
-from roller.evaluate import tolerances
+from roller.evaluate import check_against
 from roller.ir import load_ops
 from roller.ir.fuse import prepare
 from roller.numpy_reference import random_inputs
@@ -41,9 +39,7 @@ pytestmark = pytest.mark.skipif(bool(_missing()), reason=_missing() or "clang++ 
 def check(op, art: Artifact, tmp: Path) -> None:  # type: ignore[no-untyped-def]
     x = random_inputs(op, seed=3)
     y = emulate.run(art, [x[t.name] for t in op.inputs], tmp)
-    rtol, atol = tolerances(op.output.dtype)
-    np.testing.assert_allclose(y.astype(np.float64), roller.reference(op, x).astype(np.float64), rtol=rtol,
-                               atol=atol, err_msg=f"{op.name}: {art.launch['rprogram']}")
+    check_against(f"{op.name}: {art.launch['rprogram']}", op, x, y)
 
 
 def test_scaled_suite_built_for_mi50_runs_right(tmp_path: Path) -> None:
