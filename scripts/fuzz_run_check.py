@@ -7,6 +7,10 @@ An op that op check rejects must fail as an InputError; one it accepts may fail 
 (what a description cannot hold); from then on any exception, a compile failure or a check failure is a
 defect, listed with the op. Prints one summary line (and writes the details with --json); exits 1 when any
 defect was found.
+
+Recorded on the 2-vCPU development machine (PoCL 3.1), ``--examples 10000 --seed 21``: 5017 ops ran and
+passed the check, 4660 were rejected by op check and 323 by their description (no program fits, a dtype the
+backend has no type for), 0 defects, 538 s.
 """
 from __future__ import annotations
 
