@@ -15,7 +15,7 @@ import roller.hw as H
 from roller.backends import Artifact, get
 from roller.backends.rocm_hip import emulate, mfma
 from roller.construct import construct
-from roller.errors import ToolchainError
+from roller.errors import CheckError, ToolchainError
 from roller.evaluate import check_against
 from roller.ir import load_ops
 from roller.ir.fuse import prepare
@@ -121,5 +121,5 @@ def test_a_wrong_result_layout_is_caught(tmp_path: Path) -> None:
     assert "+ rl_v % 4;" in art.source
     bad = Artifact(art.kernel_name, {art.main_file: art.source.replace("+ rl_v % 4;", "+ (3 - rl_v % 4);")},
                    art.launch, main_file=art.main_file)
-    with pytest.raises(AssertionError):
+    with pytest.raises(CheckError):
         check(op, bad, tmp_path)
