@@ -79,7 +79,7 @@ class Candidates:
 def compile_top_k(op, hw, be, k: int, repeat: int) -> Candidates:  # type: ignore[no-untyped-def]
     x = random_inputs(op, seed=0)
     args = [x[t.name] for t in op.inputs]
-    progs = construct(op, hw, top_k=k)
+    progs = construct(op, hw, top_k=k, matrix=be.matrix_support)
     runners = []
     for p in progs:
         runner = be.compile(be.render(p, hw), hw)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -106,11 +107,28 @@ class Damaged(Exception):
     pass
 
 
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file (not a link, a FIFO, a device or a folder); Damaged
+    otherwise. Opened without blocking and without following links, so that a FIFO planted in an entry cannot
+    hang a lookup and a link cannot make it read elsewhere."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        raise Damaged(f"missing or unreadable {path.name}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Damaged(f"{path.name} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    except OSError:
+        raise Damaged(f"unreadable {path.name}") from None
+    finally:
+        os.close(fd)
+
+
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise Damaged(f"missing {path.name}") from None
+        return json.loads(_read_regular(path))
     except (ValueError, UnicodeDecodeError):
         raise Damaged(f"bad JSON in {path.name}") from None
 
@@ -131,10 +149,7 @@ def _load_entry(folder: Path) -> Entry:
     for name, digest in sums.items():
         if "/" in name or name.startswith("."):
             raise Damaged(f"bad file name {name!r}")
-        try:
-            blob = (folder / name).read_bytes()
-        except OSError:
-            raise Damaged(f"missing {name}") from None
+        blob = _read_regular(folder / name)
         if _sha(blob) != digest:
             raise Damaged(f"checksum mismatch in {name}")
         data[name] = blob
@@ -154,8 +169,17 @@ def _load_entry(folder: Path) -> Entry:
                  folder)
 
 
-def remove(folder: Path) -> None:
-    """Take a folder out of the way first (rename), then delete it, so nobody reads it half-deleted."""
+def remove(folder: Path) -> bool:
+    """Take an entry out of the way first (rename), then delete it, so nobody reads it half-deleted. An entry
+    that is not a folder (a file, a link, a FIFO where one was expected) is unlinked. True when it is gone."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            os.unlink(folder)
+            return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
     trash = folder.parent.parent / "tmp" / f"trash-{folder.name}-{os.getpid()}-{time.monotonic_ns()}"
     try:
         trash.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +187,24 @@ def remove(folder: Path) -> None:
     except OSError:
         trash = folder
     shutil.rmtree(trash, ignore_errors=True)
+    return not os.path.lexists(folder)
+
+
+def _own_folder(path: Path) -> bool:
+    """Make ``path`` (one of the cache's own folders) a folder: something else in its place is removed.
+    False when that cannot be done (then the cache is not writable)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 #: what the last lookup did, for tests and ``-v``: "hit", "miss", "damaged: ...", "disabled"
@@ -176,7 +218,7 @@ def lookup(key: str) -> Entry | None:
         last_event = "disabled"
         return None
     folder = _entries_dir() / key
-    if not folder.exists():
+    if not os.path.lexists(folder):
         last_event = "miss"
         return None
     try:
@@ -195,10 +237,10 @@ def store(key: str, entry: Entry) -> Path | None:
     if not enabled():
         return None
     root = cache_dir()
+    tmp_root = root / "tmp"
+    if not (_own_folder(tmp_root) and _own_folder(_entries_dir(root))):
+        return None
     try:
-        tmp_root = root / "tmp"
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        _entries_dir(root).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="entry-", dir=tmp_root))
     except OSError:
         return None
@@ -216,7 +258,7 @@ def store(key: str, entry: Entry) -> Path | None:
         manifest = {"body": body, "sha256": _sha(json.dumps(body, sort_keys=True).encode())}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
         final = _entries_dir(root) / key
-        if final.exists():
+        if os.path.lexists(final):
             remove(final)
         try:
             os.rename(tmp, final)
@@ -249,18 +291,30 @@ def info() -> dict[str, Any]:
 
 
 def clear() -> int:
-    """Remove every entry (and leftovers of interrupted writes); returns the number of entries removed."""
+    """Remove every entry (and leftovers of interrupted writes); returns the number of entries removed.
+    InputError (naming the first one left) when some cannot be removed, e.g. a read-only cache."""
+    from roller.errors import InputError
+
     root = cache_dir()
     n = 0
+    left: list[Path] = []
     folder = _entries_dir(root)
-    if folder.is_dir():
-        for child in list(folder.iterdir()):
-            if child.is_dir():
-                n += 1
-                remove(child)
-            else:
-                child.unlink(missing_ok=True)
+    try:
+        children = list(folder.iterdir()) if folder.is_dir() else []
+    except OSError as err:
+        raise InputError(f"cannot list the cache's entries: {err.strerror or err}", source=str(folder),
+                         field="cache clear") from None
+    for child in children:
+        entry = child.is_dir() and not child.is_symlink()
+        if remove(child):
+            n += entry
+        else:
+            left.append(child)
     shutil.rmtree(root / "tmp", ignore_errors=True)
+    shutil.rmtree(root / "failed", ignore_errors=True)  # kernels kept for the repro of a compile failure
+    if left:
+        raise InputError(f"removed {n} cache entr{'y' if n == 1 else 'ies'}, but {len(left)} could not be removed "
+                         f"(e.g. {left[0].name}): is the cache read-only?", source=str(folder), field="cache clear")
     return n
 
 
@@ -284,8 +338,8 @@ def load_result(kind: str, key: str) -> Any | None:
     if not enabled():
         return None
     try:
-        doc = json.loads(_result_path(kind, key).read_bytes())
-    except (OSError, ValueError, UnicodeDecodeError):
+        doc = json.loads(_read_regular(_result_path(kind, key)))
+    except (Damaged, ValueError, UnicodeDecodeError):
         return None
     if not isinstance(doc, dict) or "body" not in doc or doc.get("format") != FORMAT:
         return None

@@ -7,13 +7,14 @@ as far as needed to keep temporaries near ``_CHUNK`` elements.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from roller.dtypes import dtype
 from roller.errors import InputError
-from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read, walk
+from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, walk
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
 
@@ -86,7 +87,7 @@ def _factors(e: Expr) -> tuple[list[Read], float] | None:
         if a is None or b is None:
             return None
         return a[0] + b[0], a[1] * b[1]
-    if isinstance(e, BinOp) and e.op == "/" and isinstance(e.rhs, Const):
+    if isinstance(e, BinOp) and e.op == "/" and isinstance(e.rhs, Const) and e.rhs.value != 0:
         a = _factors(e.lhs)
         return None if a is None else (a[0], a[1] / e.rhs.value)
     return None
@@ -103,17 +104,61 @@ def _einsum(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray | None:
     if len(letters) > 26:
         return None
     specs = []
+    operands = []
+    ext = expr.extents
     for r in reads:
         axes = [i.plain_axis() for i in r.index]
         if None in axes or len(set(axes)) != len(axes):
-            return None
+            strided = _window_view(data[r.tensor], r.index, ext, expr.pad_value)
+            if strided is None:
+                return None
+            view, axes = strided
+        else:
+            view = data[r.tensor]
         specs.append("".join(letters[a] for a in axes))  # type: ignore[index]
+        operands.append(view)
     out = "".join(letters[i.plain_axis()] for i in expr.out_index)  # type: ignore[index]
-    result = np.einsum(",".join(specs) + "->" + out, *[data[r.tensor] for r in reads], optimize=True)
+    if not set(out) <= set("".join(specs)):  # an output axis no input reads: einsum cannot broadcast it
+        return None
+    result = np.einsum(",".join(specs) + "->" + out, *operands, optimize=True)
     return result * scale if scale != 1.0 else result
 
 
-def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
+def _window_view(arr: np.ndarray, index: tuple[Affine, ...], ext: Mapping[str, int], pad: float
+                 ) -> tuple[np.ndarray, list[str]] | None:
+    """A read with affine indices (a convolution's ``X[n,c,2*h+r-1,w+s-1]``) as a strided view over the array
+    padded with the pad value: one view axis per (dimension, axis) term, so that einsum (BLAS) computes what
+    the loop over the iteration space would. None where that does not apply: a negative coefficient, an axis
+    in two dimensions, or padding far larger than the array (near-limit indices)."""
+    before, after, plan = [], [], []
+    seen: set[str] = set()
+    for d, i in enumerate(index):
+        if any(c <= 0 for _, c in i.terms) or seen & set(i.axes()):
+            return None
+        seen.update(i.axes())
+        lo = i.const
+        hi = i.const + sum(c * (ext[a] - 1) for a, c in i.terms)
+        before.append(max(0, -lo))
+        after.append(max(0, hi - (arr.shape[d] - 1)))
+        plan.append((lo, i.terms))
+    padded_size = math.prod(n + b + a for n, b, a in zip(arr.shape, before, after))
+    if padded_size > 4 * arr.size + (1 << 20):
+        return None
+    padded = np.pad(arr, list(zip(before, after)), constant_values=pad) if any(before) or any(after) else arr
+    offset = sum((lo + b) * st for (lo, _), b, st in zip(plan, before, padded.strides))
+    shape, strides, axes = [], [], []
+    for (_, terms), st in zip(plan, padded.strides):
+        for a, c in terms:
+            shape.append(ext[a])
+            strides.append(c * st)
+            axes.append(a)
+    base = padded.reshape(-1)[offset // padded.itemsize:]
+    return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=False), axes
+
+
+def _chunks(expr: TensorExpr) -> Iterator[tuple[dict, tuple[int, ...], tuple[int, ...]]]:
+    """(axis values, shape, reduced dimensions) of each chunk of the iteration space: the shortest reduction
+    axes are looped over in Python only as far as needed to keep a chunk near ``_CHUNK`` points."""
     axes = list(expr.axes)
     looped: list = []
     size = math.prod(a.extent for a in axes)
@@ -127,10 +172,15 @@ def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
     grids = {a.name: np.arange(a.extent).reshape([-1 if i == j else 1 for j in range(len(vec))])
              for i, a in enumerate(vec)}
     red_dims = tuple(i for i, a in enumerate(vec) if a.reduce)
-    acc: np.ndarray | None = None
     for point in np.ndindex(*[a.extent for a in looped]):
         env = dict(grids)
         env.update({a.name: np.int64(v) for a, v in zip(looped, point)})
+        yield env, shape, red_dims
+
+
+def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
+    acc: np.ndarray | None = None
+    for env, shape, red_dims in _chunks(expr):
         val = np.broadcast_to(_eval(expr.body, env, data, expr.pad_value), shape)
         if red_dims:
             val = {"sum": np.sum, "max": np.max, "min": np.min}[expr.reduce_op](val, axis=red_dims)
@@ -157,6 +207,8 @@ def _index(a: Affine, env: dict) -> np.ndarray:
 def _eval(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float) -> np.ndarray:
     if isinstance(e, Const):
         return np.float64(e.value)
+    if isinstance(e, AxisValue):
+        return np.asarray(env[e.axis], dtype=np.float64)
     if isinstance(e, Read):
         arr = data[e.tensor]
         idx = [_index(i, env) for i in e.index]
@@ -217,3 +269,168 @@ def uses_padding(expr: TensorExpr) -> bool:
             if lo < 0 or hi >= shape[d]:
                 return True
     return False
+
+
+# -- how far a correct kernel may be from the reference --------------------------------------------------------
+#: unit roundoff (half an ulp at 1.0) and smallest subnormal step of each storage dtype
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+_TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
+# Error of one evaluation of each function, in ulps of its result (1 ulp = 2 unit roundoffs): the OpenCL C 1.2
+# single-precision limits (CUDA's and HIP's are tighter); sigmoid is exp, an add and a division.
+_ULPS = {"exp": 3, "log": 3, "sqrt": 3, "rsqrt": 2, "tanh": 5, "erf": 16, "sigmoid": 7, "relu": 0, "abs": 0,
+         "max": 0, "min": 0}
+_DIV_ULPS = 2.5
+
+
+@dataclass
+class Bound:
+    """The reference output and, per element, the most a correct kernel may differ from it (see ``bound``)."""
+
+    ref: np.ndarray  # float64, the output's shape (before rounding to the output dtype)
+    bound: np.ndarray  # float64, same shape; inf where the magnitudes overflow
+    magnitude: np.ndarray  # sum over the reduction of |term| (the terms themselves without one)
+    points: int  # terms per output element (1 without a reduction)
+    reduce_op: str | None
+
+
+def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Bound:
+    """The reference output with an a-priori error bound per element: the most a correct kernel can differ from
+    it, computing in float32 (the accumulator) and storing in the output's dtype.
+
+    Each term of the body carries a first-order forward error (inputs exact; every +, -, * rounds by one unit
+    roundoff u, a division by 2.5 ulps, a constant by its own rounding, a function by its ulp limit plus its
+    argument's error times its derivative's magnitude). A sum of K terms adds the bound that holds for every
+    summation order (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 4.4 and lemma 3.1):
+    ``gamma(K-1) * sum |term|`` with ``gamma(n) = n u / (1 - n u)``. That is the worst case, not the typical
+    sqrt(K) growth of random rounding: a correct kernel can never fail it, whatever order its tiles, vectors
+    and split reductions add in, and for the layer shapes of ResNet-18 and BERT-base it still sits far below
+    the difference an index off by one makes (tests/test_hostile_numerics.py). max= and min= add no error of
+    their own. The result is then rounded to the output dtype twice (by the kernel, and when the reference is
+    stored), each within one unit roundoff of that dtype, plus the dtype's subnormal step."""
+    expr = load_op(op)
+    expr = expr.source or expr
+    bound_in = bind_inputs(expr, (), inputs) if isinstance(inputs, Mapping) else bind_inputs(expr, inputs)
+    data = {k: np.asarray(v, dtype=np.float64) for k, v in bound_in.items()}
+    u = UNIT_ROUNDOFF.get(expr.acc_dtype, UNIT_ROUNDOFF["float32"])
+    out_u = UNIT_ROUNDOFF[expr.output.dtype]
+    points = math.prod(a.extent for a in expr.reduce_axes) if expr.reduce_op else 1
+    with np.errstate(all="ignore"):
+        fast = _einsum_bound(expr, data, u)
+        if fast is not None:
+            ref, err, mag = fast
+        else:
+            ref, err, mag = _general_bound(expr, data, u)
+        total = err
+        if expr.reduce_op == "sum" and points > 1:
+            total = err + _gamma(points - 1, u) * (mag + err)
+        total = total * (1 + out_u) + 2 * out_u * np.abs(ref) + _TINY[expr.output.dtype]
+        total = np.where(np.isnan(total), np.inf, total)
+    shape = expr.output.shape
+    return Bound(np.asarray(ref, dtype=np.float64).reshape(shape), np.asarray(total).reshape(shape),
+                 np.asarray(mag, dtype=np.float64).reshape(shape), points, expr.reduce_op)
+
+
+def _gamma(n: int, u: float) -> float:
+    return n * u / (1 - n * u) if n * u < 1 else math.inf
+
+
+def _rounding_count(e: Expr) -> float:
+    """Relative error, in unit roundoffs, of a product or quotient of reads and constants (first order)."""
+    count = 0.0
+    for node in walk(e):
+        if isinstance(node, BinOp):
+            count += 2 * _DIV_ULPS if node.op == "/" else 1
+        elif isinstance(node, Const):
+            count += 1
+    return count
+
+
+def _einsum_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(reference, summed term errors, summed |terms|) of a body that is a product of reads: both sums are
+    einsums, the second over absolute values (BLAS, no pass over the iteration space)."""
+    ref = _einsum(expr, data)
+    if ref is None:
+        return None
+    mag = _einsum(expr, {k: np.abs(v) for k, v in data.items()})
+    if mag is None:
+        return None
+    mag = np.abs(mag)  # a negative constant factor scales the absolute einsum by it
+    return ref, _rounding_count(expr.body) * u * mag, mag
+
+
+def _general_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reference, term errors reduced as the op reduces, summed |terms|) over the iteration space, chunked
+    as _general."""
+    acc = err_acc = mag_acc = None
+    for env, shape, red in _chunks(expr):
+        val, err = _eval_err(expr.body, env, data, expr.pad_value, u)
+        val, err = np.broadcast_to(val, shape), np.broadcast_to(err, shape)
+        mag = np.abs(val)
+        if red:
+            fold = {"sum": np.sum, "max": np.max, "min": np.min}[expr.reduce_op]
+            val, mag = fold(val, axis=red), np.sum(mag, axis=red)
+            err = np.sum(err, axis=red) if expr.reduce_op == "sum" else np.max(err, axis=red)
+        if acc is None:
+            acc, err_acc, mag_acc = np.array(val, np.float64), np.array(err, np.float64), np.array(mag, np.float64)
+        elif expr.reduce_op == "sum":
+            acc += val
+            err_acc += err
+            mag_acc += mag
+        else:
+            (np.maximum if expr.reduce_op == "max" else np.minimum)(acc, val, out=acc)
+            np.maximum(err_acc, err, out=err_acc)
+            mag_acc += mag
+    assert acc is not None and err_acc is not None and mag_acc is not None
+    return acc, err_acc, mag_acc
+
+
+def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: float
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(value, bound on the float32 evaluation's error) of a body, first order, as _eval evaluates it."""
+    if isinstance(e, Const):
+        return np.float64(e.value), np.float64(abs(e.value) * u if math.isfinite(e.value) else 0.0)
+    if isinstance(e, (Read, AxisValue)):  # exact: inputs are the kernel's own values, axis values are small
+        return _eval(e, env, data, pad), np.float64(0.0)
+    if isinstance(e, Neg):
+        v, d = _eval_err(e.x, env, data, pad, u)
+        return -v, d
+    if isinstance(e, BinOp):
+        a, da = _eval_err(e.lhs, env, data, pad, u)
+        b, db = _eval_err(e.rhs, env, data, pad, u)
+        if e.op in "+-":
+            v = a + b if e.op == "+" else a - b
+            return v, da + db + u * np.abs(v)
+        if e.op == "*":
+            v = a * b
+            return v, np.abs(b) * da + np.abs(a) * db + da * db + u * np.abs(v)
+        v = a / b
+        # |a/b - (a+da)/(b+db)| <= (da + |v| db) / (|b| - db) while db < |b|; beyond, anything.
+        room = np.abs(b) - db
+        spread = np.where(room > 0, (da + np.abs(v) * db) / np.where(room > 0, room, 1.0), np.inf)
+        return v, spread + 2 * _DIV_ULPS * u * np.abs(v)
+    if isinstance(e, Call):
+        pairs = [_eval_err(x, env, data, pad, u) for x in e.args]
+        v = _call(e.fn, [p[0] for p in pairs])
+        x, dx = pairs[0]
+        ax, adx = np.abs(x), np.abs(dx)
+        if e.fn in ("max", "min"):
+            prop = np.maximum(adx, np.abs(pairs[1][1]))
+        elif e.fn in ("relu", "abs", "tanh"):
+            prop = adx
+        elif e.fn == "erf":
+            prop = 1.1284 * adx
+        elif e.fn == "sigmoid":
+            prop = 0.25 * adx
+        elif e.fn == "exp":
+            prop = np.abs(v) * np.expm1(adx)
+        elif e.fn == "log":
+            prop = np.where(ax > adx, -np.log1p(-adx / np.where(ax > adx, ax, 1.0)), np.inf)
+        elif e.fn == "sqrt":
+            prop = np.minimum(adx / np.sqrt(ax), np.sqrt(adx))
+        else:  # rsqrt
+            prop = np.where(ax > adx, adx / np.where(ax > adx, ax - adx, 1.0) ** 1.5, np.inf)
+        prop = np.where(adx == 0, 0.0, prop)  # an exact argument propagates nothing (also where f' is infinite)
+        return v, prop + 2 * _ULPS[e.fn] * u * np.abs(v)
+    raise TypeError(e)

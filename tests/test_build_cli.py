@@ -198,10 +198,12 @@ def test_run_inputs_not_npz(capsys, tmp_path):
 @needs_cl
 def test_run_check_failure_exits_4(capsys, monkeypatch):
     """A wrong answer must fail the check: the reference is perturbed, the kernel is not."""
+    import dataclasses
+
     import roller.numpy_reference as ref_mod
 
-    real = ref_mod.reference
-    monkeypatch.setattr(ref_mod, "reference", lambda op, x: real(op, x) + 1.0)
+    real = ref_mod.bound  # what run --check compares with: the reference and its error bound
+    monkeypatch.setattr(ref_mod, "bound", lambda op, x: dataclasses.replace(real(op, x), ref=real(op, x).ref + 1.0))
     rc, _, err = _run(capsys, "run", "--hw", "pocl-cpu", str(EXAMPLES / "relu.json"), "--check", "--no-cache")
     assert rc == 4 and "relu_small" in err
 

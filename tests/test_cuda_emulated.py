@@ -16,6 +16,7 @@ import roller
 import roller.hw as H
 from roller.backends import get
 from roller.construction import construct
+from roller.evaluate import check_against
 from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
@@ -91,7 +92,7 @@ def test_wmma_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
         r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         y = np.fromfile(out, dtype=np.float16).reshape(ref.shape)
-        np.testing.assert_allclose(y.astype(np.float32), ref, rtol=1e-2, atol=1e-2, err_msg=p.line())
+        check_against(p.line(), op, x, y)
 
 
 def test_emulation_catches_a_wrong_fragment_layout(tmp_path: Path) -> None:

@@ -34,18 +34,42 @@ SAMPLE = [
 ]
 
 
-@pytest.mark.parametrize("op,device", SAMPLE, ids=[f"{o['op']}-{d}" for o, d in SAMPLE])
-def test_kernel_clean_under_oclgrind(op: dict, device: str) -> None:
+# Index expressions at the integer limits (issue 21): coefficients and offsets of 2^31, 2^32 and beyond, on
+# every bundled description, rendered as OpenCL. Oclgrind flags any access outside a buffer.
+_NEAR = ["Y[i,j] += X[4294967296*i+k-1] * W[k, 2147483648*j + 1]", "Y[i] = X[i-4294967295] + W[1, 2147483648*i]",
+         "Y[i] max= X[1073741824*i + k + 1]", "Y[i,j] = X[-2147483648*i + 3] * W[2, 2147483647*j]"]
+NEAR_LIMIT = [({"op": "near", "name": "near", "expr": e, "shapes": {t: s for t, s in
+                {"X": [5], "W": [3, 2], "Y": [4, 2] if e.startswith("Y[i,j]") else [4]}.items() if f"{t}[" in e},
+                **({"extents": {"k": 3}} if "k" in e and "W[k" not in e else {})}, hw)
+              for n, hw in enumerate(["a100", "h100", "h200", "ipu-gc2", "ipu-gc200", "mi100", "mi250x", "mi300x",
+                                      "mi50", "pocl-cpu", "v100"]) for e in [_NEAR[n % len(_NEAR)]]]
+
+
+def _oclgrind(op: dict, device: str, *flags: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ROLLER_CL_DEVICE="Oclgrind", OCLGRIND_DATA_RACES="1",
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(HERE / "oclgrind_run.py"), json.dumps(op), device],
-                          capture_output=True, text=True, env=env, timeout=300)
+    doc = {k: v for k, v in op.items() if k != "op"} if op.get("op") == "near" else op
+    return subprocess.run([sys.executable, str(HERE / "oclgrind_run.py"), json.dumps(doc), device, *flags],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("op,device", SAMPLE + NEAR_LIMIT,
+                         ids=[f"{o['op']}-{d}" for o, d in SAMPLE + NEAR_LIMIT])
+def test_kernel_clean_under_oclgrind(op: dict, device: str) -> None:
+    proc = _oclgrind(op, device)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["ok"], result
     bad = [line for line in proc.stderr.splitlines()
            if any(w in line for w in ("Invalid", "race", "out-of-bounds", "FATAL", "error"))]
     assert not bad, "\n".join(bad[:20])
+
+
+def test_oclgrind_catches_an_access_past_the_end() -> None:
+    """Negative control: a near-limit kernel whose bounds tests let every index through is reported."""
+    op = {"op": "near", "name": "near", "expr": "Y[i] = X[4294967296*i+1]", "shapes": {"X": [5], "Y": [4]}}
+    proc = _oclgrind(op, "v100", "--widen-guards")
+    assert "invalid read" in proc.stderr.lower(), proc.stderr[-2000:]
 
 
 def test_oclgrind_catches_a_race() -> None:

@@ -13,12 +13,12 @@ import functools
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from roller.atomic import exchange, staging_dir
 from roller.errors import InputError
 
 # Test hook: called with the temporary op folder after its files are written, before anything is moved.
@@ -157,10 +157,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     out_dir = Path(args.output)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("output exists and is not a folder", field="-o", source=str(out_dir))
-    parent = out_dir.resolve().parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+        tmp = staging_dir(out_dir)
     except OSError as err:
         raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(out_dir)) from None
     reports = []
@@ -266,11 +264,15 @@ def _build_one(args: argparse.Namespace, hwd: Any, be: Any, op: Any, folder: Pat
 
 
 def _move_into_place(tmp: Path, out_dir: Path, names: list[str]) -> None:
-    """Rename each finished ``tmp/<op>`` to ``out_dir/<op>``, replacing an earlier build of that op."""
+    """Rename each finished ``tmp/<op>`` to ``out_dir/<op>``, replacing an earlier build of that op: in one
+    step where the system can swap two folders, so that a kill between steps never leaves the op missing; else
+    moving the old one aside first (a later run moves it back if the kill came between the two renames)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         final = out_dir / name
         if final.exists() or final.is_symlink():
+            if exchange(tmp / name, final):
+                continue
             old = tmp / f".old-{name}"
             os.rename(final, old)
         os.rename(tmp / name, final)

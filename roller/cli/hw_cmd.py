@@ -170,6 +170,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if out != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
         # Checked before the probe's half minute, not after it.
         raise InputError("folder does not exist", source=os.path.dirname(out), field="--output")
+    if args.name is not None and not hw.loader.NAME_RE.fullmatch(args.name):
+        # Checked before the probe, as the folder is: the name must load back as the description's name.
+        raise InputError(f"expected a name of ASCII letters, digits, '-', '_' or '.' (starting with a letter or "
+                         f"digit), got {args.name!r}", field="--name")
     name = probe.description_name(args.name or (os.path.splitext(os.path.basename(out))[0] if out != "-"
                                                 else "probed-opencl"))
     result = probe.probe(quick=args.quick, device_spec=args.device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,8 @@ def register(sub: Any) -> None:
                    help="input arrays by tensor name (OP.TENSOR also accepted); default: random, seed 0")
     p.add_argument("--save", metavar="OUT.npz", default=None, help="write the outputs here (npz)")
     p.add_argument("--check", action="store_true",
-                   help="compare with roller.reference (float32: rtol 1e-4, atol 1e-4); exit 4 on mismatch")
+                   help="compare with roller.reference, each element within its error bound (it grows with the "
+                        "reduction's length and the magnitudes summed); exit 4 on mismatch")
     p.add_argument("--eval", dest="evaluate", action="store_true",
                    help="time the top-K candidates and run the fastest (default: the model's top-1)")
     p.add_argument("--repeat", type=positive_int, default=10, metavar="N",
@@ -54,6 +56,13 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
                          field="--inputs") from None
 
 
+def _check_numeric(name: str, arr: np.ndarray, path: str | None) -> None:
+    # Kernels take real numbers: strings would fail deep in numpy, complex numbers lose their imaginary part.
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"array {name!r} holds {arr.dtype} values; expected real numbers", source=path,
+                         field="--inputs")
+
+
 def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -> dict[str, np.ndarray]:
     from roller.numpy_reference import bind_inputs, random_inputs
 
@@ -63,6 +72,7 @@ def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -
     for t in op.inputs:
         for key in (f"{op.name}.{t.name}", t.name):
             if key in given:
+                _check_numeric(key, given[key], path)
                 chosen[t.name] = given[key]
                 break
         else:
@@ -74,27 +84,41 @@ def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -
         raise InputError(f"op {op.name}: {err.bare}", source=path, field="--inputs") from None
 
 
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Atomically: to a temp file next to ``path``, then renamed."""
+def check_save_path(path: str) -> None:
+    """InputError unless ``path`` can take the outputs: checked before any op runs, not after them all."""
     target = Path(path)
     folder = target.resolve().parent
     if not folder.is_dir():
         raise InputError("folder does not exist", source=str(target.parent), field="--save")
+    if target.is_dir():
+        raise InputError("is a folder; give a file name (e.g. out.npz)", source=path, field="--save")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError("cannot write there: the folder is not writable", source=path, field="--save")
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Atomically: to a temp file next to ``path``, then renamed."""
+    target = Path(path)
+    check_save_path(path)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    write_atomic(target, buf.getvalue())
+    try:
+        write_atomic(target, buf.getvalue())
+    except OSError as err:
+        raise InputError(f"cannot write there: {err.strerror or err}", source=path, field="--save") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from roller.api import build_kernel
     from roller.cli.model_cmd import cmd_run_model, is_model
-    from roller.evaluate import check_output, require_device, throughput
-    from roller.numpy_reference import reference
+    from roller.evaluate import check_against, require_device, throughput
 
     if is_model(args.file):
         return cmd_run_model(args)
     hwd, be, ops = setup(args)
     require_device(be, hwd, why="roller run")
+    if args.save:
+        check_save_path(args.save)
     given = load_npz(args.inputs) if args.inputs else None
     bound_all = [inputs_for(op, given, args.inputs) for op in ops]  # all input problems before any work
     outputs: dict[str, np.ndarray] = {}
@@ -104,8 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         out = kernel(*[bound[n] for n in kernel.input_names])
         note = ""
         if args.check:
-            max_abs, max_rel = check_output(f"{op.name} on {hwd.name}/{be.name} ({kernel.program.line()})",
-                                            out, reference(op, bound), op.output.dtype)
+            max_abs, max_rel = check_against(f"{op.name} on {hwd.name}/{be.name} ({kernel.program.line()})",
+                                             op, bound, out)
             note = f"  check ok (max abs err {max_abs:.2g}, rel {max_rel:.2g})"
         seconds = kernel.benchmark(repeat=args.repeat, inputs=bound)
         rate, unit = throughput(op, seconds)

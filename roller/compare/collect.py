@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -158,7 +160,8 @@ def collect(ops: list[TensorExpr], devices: list[HardwareDesc], top_k: int, code
                 if on_step:
                     on_step(len(task.ops), task.hw.name)
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=die_with_parent,
+                                     initargs=(os.getpid(),)) as pool:
                 futures = {pool.submit(run_job, t): i for i, t in enumerate(tasks)}
                 pending = set(futures)
                 while pending:
@@ -181,6 +184,29 @@ def collect(ops: list[TensorExpr], devices: list[HardwareDesc], top_k: int, code
     entries = [e for i in sorted(results) for e in results[i]]
     entries.sort(key=lambda e: (op_index[e["op"]], order[e["hw"]]))
     return entries
+
+
+def die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the compare that started it ends, however it ends. A worker
+    waits for tasks on a pipe whose writing end it holds itself, so after a SIGKILL or SIGTERM of its parent it
+    would wait forever. Linux's parent-death signal ends it at once; a watch on the parent's pid covers the
+    rest (other systems, and a parent gone before the signal was armed)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the watch alone
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="roller-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:  # re-parented: the compare is gone
+            os._exit(1)
 
 
 def default_jobs() -> int:

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
+from roller.atomic import exchange, staging_dir
 from roller.compare import collect as _collect
 from roller.compare import measured as _measured
 from roller.compare import plots as _plots
@@ -145,7 +145,8 @@ def _render_plots(report: Report, jobs: int) -> dict[str, str]:
     if jobs <= 1:
         done = [_plots.render(n, a) for n, a in tasks]
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=_collect.die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             done = list(pool.map(_plots.render, [n for n, _ in tasks], [a for _, a in tasks]))
     return dict(done)
 
@@ -256,10 +257,8 @@ def prepare_output(out_dir: Path) -> Path:
             raise InputError(f"output folder holds other files than a report ({', '.join(foreign[:3])}"
                              f"{', ...' if len(foreign) > 3 else ''}); give an empty or new folder",
                              field="-o", source=str(out_dir))
-    parent = out_dir.resolve().parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+        return staging_dir(out_dir)
     except OSError as err:
         raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(out_dir)) from None
 
@@ -269,9 +268,12 @@ def move_into_place(tmp: Path, out_dir: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a report is as readable as any other output
+    if out_dir.exists() and exchange(tmp, out_dir):
+        shutil.rmtree(tmp, ignore_errors=True)  # now the earlier report
+        return
     old = None
     if out_dir.exists():
-        old = out_dir.resolve().parent / f".{out_dir.name}.old-{os.getpid()}"
+        old = out_dir.resolve().parent / f".{out_dir.name}.tmp-{os.getpid()}-old"
         os.rename(out_dir, old)
     os.rename(tmp, out_dir)
     if old is not None:

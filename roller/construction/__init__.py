@@ -90,6 +90,8 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     for p in progs:
         unique.setdefault(p.key(), p)
     ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s, p.key()))  # type: ignore[union-attr]
+    if not ranked:
+        raise InputError(_nothing_fits(expr, geo, hwd, block_level, search))
     return ranked[:top_k]
 
 
@@ -103,6 +105,20 @@ def matrix_candidates(op: OpLike | TensorExpr, hw: str | HardwareDesc, matrix: I
     block_level, thread_level = levels(hwd)
     return matrix_programs(expr, TileGeometry(expr), hwd, block_level, thread_level, want=want, support=matrix,
                            every_tiling=every_tiling)
+def _nothing_fits(expr: TensorExpr, geo: TileGeometry, hw: HardwareDesc, block_level: int, search: Search) -> str:
+    """Why not even the one-point tile became a program (an empty top-K would end as an IndexError later, or
+    as an empty table)."""
+    unit = tuple(1 for _ in geo.extents)
+    block = geo.full_reduce(unit) if search.exchange_fed else unit
+    layer = hw.memory[block_level + 1]
+    need = geo.footprint(block, {}) if layer.scope == "block" else 0
+    have = layer.capacity_per_unit_bytes or 0
+    what = "one output point with its whole reduction, as an exchange-fed unit receives it" \
+        if search.exchange_fed else "one output point"
+    if need > have:
+        return (f"{expr.name}: no program fits {hw.name}: its smallest tile ({what}) needs {need} bytes of "
+                f"{layer.name}, which holds {have} per unit")
+    return f"{expr.name}: no program fits {hw.name}: no tile, down to {what}, meets its limits"
 
 
 def _program(expr: TensorExpr, geo: TileGeometry, hw: HardwareDesc, c: Candidate, block_level: int,

@@ -62,6 +62,26 @@ PAR_REQUIRED = PAR_KEYS[:-1]
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
+# Plausible ranges of the physical quantities, by key: (lowest, highest, unit). Wide enough for any device from a
+# microcontroller to a future wafer, narrow enough that the model's arithmetic (products of bandwidths, unit
+# counts and times) stays finite and non-zero.
+_DEFAULT_RANGE: tuple[float, float, str] = (1, 2**30, "")
+PLAUSIBLE: dict[str, tuple[float, float, str]] = {
+    "peak": (1e-3, 1e8, " GB/s"), "effective": (1e-3, 1e8, " GB/s"),
+    "peak_tflops": (1e-6, 1e6, " TFLOP/s"), "effective_tflops": (1e-6, 1e6, " TFLOP/s"),
+    "launch_us": (1e-3, 1e7, " us"), "per_block_us": (1e-6, 1e7, " us"), "join_us": (1e-6, 1e7, " us"),
+    "gflops": (1e-6, 1e9, " GFLOP/s"),
+    "capacity_bytes": (1, 2**50, " bytes"), "capacity_per_unit_bytes": (1, 2**40, " bytes"),
+    "capacity_per_block_bytes": (1, 2**40, " bytes"), "capacity_per_thread_bytes": (1, 2**20, " bytes"),
+    "transaction_bytes": (1, 2**20, " bytes"), "line_bytes": (1, 2**20, " bytes"), "banks": (1, 2**16, ""),
+    "bank_width_bytes": (1, 2**10, " bytes"),
+    "compute_units": (1, 2**24, ""), "sub_partitions": (1, 2**10, ""), "warp_size": (1, 2**12, ""),
+    "max_threads_per_block": (1, 2**20, ""), "max_threads_per_unit": (1, 2**24, ""),
+    "max_blocks_per_unit": (1, 2**20, ""), "registers_per_unit": (1, 2**30, ""),
+    "max_registers_per_thread": (1, 2**20, ""), "register_tile_budget": (1, 2**20, ""),
+    "hardware_threads_per_unit": (1, 2**20, ""), "rows": (1, 2**16, ""), "cols": (1, 2**16, ""),
+}
+
 _UNITS = {"": 1, "B": 1,
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -205,7 +225,35 @@ class _Doc:
         return InputError(message, source=source, line=line, field=format_path(path) or None)
 
 
+# Bounds on a description's YAML, checked before anything is built from it: a description is a few kilobytes
+# of a few hundred values nested 4 deep, while a few hundred bytes of aliases can expand to gigabytes and
+# deep nesting exhausts the recursive composer's stack.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 100_000  # values after expanding aliases
+
+
+def _prescan(text: str, display: str) -> None:
+    """Check size and nesting on the parser's event stream (no recursion, no expansion)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise InputError(f"description is larger than {MAX_YAML_BYTES // 1024} KiB, the most one may be",
+                         source=display)
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise InputError(f"invalid YAML: nested more than {MAX_YAML_DEPTH} levels deep",
+                                     source=display, line=event.start_mark.line + 1)
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # reported with its line by the composer
+
+
 def _compose(text: str, doc: _Doc) -> Any:
+    _prescan(text, doc.display)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as err:
@@ -219,13 +267,53 @@ def _compose(text: str, doc: _Doc) -> Any:
         raise InputError("empty file, expected a hardware description mapping", source=doc.display)
     constructor = yaml.SafeLoader("")
     doc.lines[()] = node.start_mark.line + 1
+    _check_expansion(node, doc.display)
     return _to_data(node, (), doc, constructor, set())
+
+
+def _check_expansion(root: Any, display: str) -> None:
+    """Reject a document whose aliases (and merge keys) would expand to more than MAX_YAML_VALUES values, or
+    refer to themselves. Aliases share nodes in the composed graph, so the expanded size is a sum over that
+    graph computed once per node, depth first without recursion: a few hundred bytes of aliases of aliases
+    cost nothing here, where expanding them would take gigabytes."""
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    open_nodes: set[int] = set()  # expanded, not finished: the current path
+    while stack:
+        node, finished = stack.pop()
+        children = [n for pair in node.value for n in pair] if isinstance(node, MappingNode) else \
+            list(node.value) if isinstance(node, SequenceNode) else []
+        if finished:
+            open_nodes.discard(id(node))
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            if size[id(node)] > MAX_YAML_VALUES:
+                raise InputError(f"invalid YAML: expands to more than {MAX_YAML_VALUES} values (aliases of "
+                                 "aliases?)", source=display, line=node.start_mark.line + 1)
+            continue
+        if id(node) in size:
+            continue
+        if id(node) in open_nodes:
+            raise InputError("invalid YAML: recursive alias", source=display, line=node.start_mark.line + 1)
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in size)
+
+
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
 def _to_data(node: Any, path: tuple, doc: _Doc, constructor: yaml.SafeLoader, active: set) -> Any:
     line = node.start_mark.line + 1
     if id(node) in active:
         raise InputError("invalid YAML: recursive alias", source=doc.display, line=line)
+    if len(path) > MAX_YAML_DEPTH:  # merge keys and aliases can nest deeper than the text does
+        raise InputError(f"invalid YAML: nested more than {MAX_YAML_DEPTH} levels deep", source=doc.display,
+                         line=line)
+    if isinstance(node, (MappingNode, SequenceNode)) and node.tag not in _PLAIN_TAGS:
+        # A tag on a mapping or list (!!python/object/apply:..., !!set, !!omap) would otherwise be dropped
+        # silently here; a description holds plain mappings and lists only.
+        raise InputError(f"invalid YAML: tag {node.tag} is not allowed in a description", source=doc.display,
+                         line=line, field=format_path(path) or None)
     try:
         if isinstance(node, MappingNode):
             active.add(id(node))
@@ -364,6 +452,7 @@ def _apply_overrides(data: Any, overrides: Mapping[str, Any], doc: _Doc) -> None
     for key, raw in overrides.items():
         path = parse_key_path(key)
         if isinstance(raw, str):
+            _prescan(raw, OVERRIDE)
             try:
                 value = yaml.safe_load(raw) if raw.strip() else None
             except yaml.YAMLError:
@@ -437,6 +526,15 @@ class _Checker:
     def pos_int(self, value: Any, path: tuple) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise self.fail(path, f"expected a positive integer, got {show(value)}")
+        return self.plausible(value, path)
+
+    def plausible(self, value: Any, path: tuple) -> Any:
+        """``value`` if it lies in the plausible range of its quantity (PLAUSIBLE, by key); values far outside
+        any device overflow or underflow the model's arithmetic (1e308 GB/s, 1e-300 TFLOP/s)."""
+        lo, hi, unit = PLAUSIBLE.get(str(path[-1]), _DEFAULT_RANGE)
+        if not lo <= value <= hi:
+            raise self.fail(path, f"expected {_num(lo)} to {_num(hi)}{unit} (a plausible value for any device), "
+                                  f"got {show(value)}")
         return value
 
     def pow2(self, value: Any, path: tuple) -> int:
@@ -449,7 +547,7 @@ class _Checker:
         n = parse_size(value)
         if n is None or n <= 0:
             raise self.fail(path, f"expected a positive size in bytes (an integer or e.g. 96KiB), got {show(value)}")
-        return n
+        return self.plausible(n, path)
 
     def number(self, value: Any, path: tuple) -> float:
         if isinstance(value, str) and re.fullmatch(r"[+]?\d+(\.\d*)?[eE][-+]?\d+", value.strip()):
@@ -457,7 +555,7 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value <= 0:
             raise self.fail(path, f"expected a positive number, got {show(value)}")
-        return float(value)
+        return float(self.plausible(value, path))
 
     # -- sections ----------------------------------------------------------------------------------------
     def top(self, data: Any) -> HardwareDesc:
@@ -542,6 +640,12 @@ class _Checker:
         if layers[last].scope != "thread":
             raise self.fail(path + (last, "scope"), f"expected 'thread' for the innermost layer, "
                                                     f"got {show(layers[last].scope)}")
+        scopes = [layer.scope for layer in layers]
+        if "block" not in scopes and not (len(scopes) >= 3 and scopes[-2] == "cache"):
+            # What roller.construction.levels needs to place a block's tile: checked here, so that a description
+            # that validates also builds.
+            raise self.fail(path, "expected a 'block' layer (shared memory, LDS, local memory, tile SRAM) or a "
+                                  "'cache' layer just above the registers, to hold a block's tile")
         for i in range(1, len(layers)):
             outer, inner = layers[i - 1], layers[i]
             if SCOPES.index(inner.scope) < SCOPES.index(outer.scope):

@@ -9,12 +9,25 @@ import math
 from dataclasses import dataclass
 
 from roller.errors import InputError
-from roller.ir.expr import Affine, reads
-from roller.ir.names import check_identifier
+from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
+from roller.names import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, TensorDecl, TensorExpr
 
 MAX_ELEMENTS = 2**31 - 1
+# Kernels walk a reduction with a 32-bit counter.
+MAX_REDUCTION = 2**31 - 1
+# Kernels compute an index in 64-bit integers when it can leave the 32-bit range; a tile may run past an axis's
+# end (never by more than the axis's extent again, and never past 4x of it), so every index and every partial sum
+# of one must stay inside this bound for axis values up to 4x their extent.
+MAX_INDEX = 2**62
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def short(value: object, limit: int = 60) -> str:
+    """``repr`` of a value for an error message, cut to ``limit`` characters so that one line stays one line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -31,8 +44,14 @@ class Where:
         return InputError(message, source=self.source, field=self.field or None, caret=caret)
 
 
-def caret_at(text: str, pos: int) -> str:
-    return f"  {text}\n  {' ' * max(pos, 0)}^"
+def caret_at(text: str, pos: int, width: int = 100) -> str:
+    pos = max(pos, 0)
+    if len(text) > width:  # a window around the column keeps a long statement's caret on one screen line
+        start = max(0, min(pos - width // 2, len(text) - width))
+        head = "..." if start else ""
+        tail = "..." if start + width < len(text) else ""
+        text, pos = head + text[start:start + width] + tail, pos - start + len(head)
+    return f"  {text}\n  {' ' * pos}^"
 
 
 def expr_error(where: Where, text: str, pos: int, message: str) -> InputError:
@@ -52,11 +71,11 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
     shapes = dict(shapes or {})
     dtypes = dict(dtypes or {})
     _check_names(stmt, text, ew)
-    if dtype not in DTYPE_BYTES:
-        raise where.at("dtype").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise where.at("dtype").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {short(dtype)}")
     for tname, dt in dtypes.items():
-        if dt not in DTYPE_BYTES:
-            raise where.at(f"dtypes.{tname}").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {dt!r}")
+        if not isinstance(dt, str) or dt not in DTYPE_BYTES:
+            raise where.at(f"dtypes.{tname}").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {short(dt)}")
 
     # Output indices must be distinct plain axes: each output element is written by one point.
     out_axes: list[str] = []
@@ -83,10 +102,14 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
             for a in idx.axes():
                 if a not in all_axes:
                     all_axes.append(a)
+    values = axis_values(stmt.body)
+    for v in values:
+        if v.axis not in all_axes:
+            all_axes.append(v.axis)
     red_axes = [a for a in all_axes if a not in out_axes]
     reduce_op = REDUCE_OPS[stmt.op]
     if red_axes and reduce_op is None:
-        pos = next(r.pos for r in body_reads if any(red_axes[0] in i.axes() for i in r.index))
+        pos = _axis_pos(stmt.body, red_axes[0])
         raise expr_error(ew, text, pos,
                          f"reduction index {red_axes[0]!r} needs a reducing assignment (+=, max=, min=), not '='")
 
@@ -96,6 +119,9 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
         if t not in shapes:
             pos = next(r.pos for r in body_reads if r.tensor == t)
             raise expr_error(ew, text, pos, f"tensor {t!r} has no entry in 'shapes'")
+    for tname in dtypes:
+        if tname != stmt.output and tname not in in_names:
+            raise where.at(f"dtypes.{tname}").error(f"tensor {tname!r} does not appear in the expression")
     for t, shp in shapes.items():
         if kind == "generic":
             _check_shape(shp, sw.at(t))
@@ -135,17 +161,27 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
                     f"dimension {d} (axis {a!r}) is {oshape[d]} but the expression gives {ext[a]} from {origin[a]}")
             ext.setdefault(a, oshape[d])
     for a, n in (extents or {}).items():
+        if a not in all_axes:
+            raise where.at(f"extents.{a}").error(f"axis {a!r} does not appear in the expression")
         if a in ext and ext[a] != n:
             raise where.at(f"extents.{a}").error(f"axis {a!r} has extent {ext[a]} from {origin[a]}, got {n}")
         ext[a] = n
     for a in all_axes:
         if a not in ext:
-            pos = next((r.pos for r in body_reads if any(a in i.axes() for i in r.index)), 0)
+            pos = _axis_pos(stmt.body, a)
             raise expr_error(ew, text, pos, f"cannot infer the extent of axis {a!r}: it never indexes a "
                              "dimension alone (give it in 'extents')")
     oshape = tuple(shapes.get(stmt.output) or [ext[a] for a in out_axes])
     if math.prod(oshape) > MAX_ELEMENTS:
         raise sw.at(stmt.output).error(f"{stmt.output} has {math.prod(oshape)} elements, more than 2^31-1")
+    points = math.prod(ext[a] for a in red_axes)
+    if points > MAX_REDUCTION:
+        raise where.at("extents" if extents else "expr").error(
+            f"the reduction over {', '.join(f'{a}={ext[a]}' for a in red_axes)} has {points} points, more than "
+            "2^31-1 (kernels count them in 32 bits)")
+    _check_index_range(stmt, ext, text, ew)
+    if reduce_op == "sum" and red_axes:
+        _check_sum_body(stmt.body, set(red_axes), text, ew, points)
 
     out = TensorDecl(stmt.output, oshape, dtypes.get(stmt.output, dtype))
     inputs = tuple(TensorDecl(t, tuple(shapes[t]), dtypes.get(t, dtype)) for t in in_names)
@@ -155,9 +191,79 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
                       pad_value=float(pad_value), params=tuple(sorted((params or {}).items())))
 
 
+def _check_index_range(stmt: Statement, ext: dict[str, int], text: str, where: Where) -> None:
+    """Reject an index that 64-bit arithmetic cannot hold: its constant, a coefficient, or any partial sum over
+    axis values up to 4x their extents (a tile may run past an axis's end) reaching 2^62 in magnitude."""
+    for r in reads(stmt.body):
+        for idx in r.index:
+            reach = abs(idx.const)
+            for a, c in idx.terms:
+                reach += abs(c) * max(4 * ext[a], 1)
+            if reach >= MAX_INDEX or any(abs(c) >= MAX_INDEX for _, c in idx.terms):
+                raise expr_error(where, text, r.pos,
+                                 f"index {short(str(idx), 40)} of {r.tensor} can reach about {float(reach):.3g}, "
+                                 "beyond the 64-bit integers generated kernels compute indices in")
+
+
+def _terms(e: Expr) -> list[Expr]:
+    """The terms of a body's top-level sum (signs dropped)."""
+    out: list[Expr] = []
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, BinOp) and x.op in "+-":
+            stack += [x.rhs, x.lhs]
+        elif isinstance(x, Neg):
+            stack.append(x.x)
+        else:
+            out.append(x)
+    return out
+
+
+def _depends(e: Expr, axes: set[str]) -> bool:
+    return any(a in axes for r in reads(e) for i in r.index for a in i.axes()) or \
+        any(v.axis in axes for v in axis_values(e))
+
+
+def _axis_pos(e: Expr, axis: str) -> int:
+    """Column of the first use of ``axis`` in a body: in a read's index, or as a value."""
+    cols = [r.pos for r in reads(e) if any(axis in i.axes() for i in r.index)]
+    cols += [v.pos for v in axis_values(e) if v.axis == axis]
+    return min((c for c in cols if c >= 0), default=0)
+
+
+def _first_pos(e: Expr, default: int) -> int:
+    cols = [r.pos for r in reads(e)] + [v.pos for v in axis_values(e)]
+    return min((c for c in cols if c >= 0), default=default)
+
+
+def _check_sum_body(body: Expr, red: set[str], text: str, where: Where, points: int) -> None:
+    """``+=`` sums its body over the reduction axes, point by point. Two bodies read otherwise by most people are
+    rejected instead of summed: a term that does not depend on a reduction axis (a bias: it would be added once
+    per point) and a function applied to a product of reduction-dependent factors (``relu(A[m,k]*B[k,n])``:
+    it would apply to every product, not to their sum)."""
+    names = ", ".join(sorted(red))
+    for term in _terms(body):
+        if not _depends(term, red):
+            raise expr_error(where, text, _first_pos(term, 0),
+                             f"the term {short(str(term), 40)} does not depend on the reduction axes ({names}): "
+                             f"+= would add it once per reduction point ({points} times); sum first, then add it "
+                             "in a second op (e.g. Z[m,n] = Y[m,n] + bias[n])")
+    for node in walk(body):
+        if not isinstance(node, Call):
+            continue
+        for inner in walk(node):
+            if isinstance(inner, BinOp) and inner.op in "*/" and _depends(inner.lhs, red) \
+                    and _depends(inner.rhs, red):
+                raise expr_error(where, text, _first_pos(node, 0),
+                                 f"{node.fn}() wraps a product over the reduction axes ({names}): += applies it "
+                                 "to every product, not to their sum; apply it to the result in a second op "
+                                 f"(e.g. Z[m,n] = {node.fn}(Y[m,n]))")
+
+
 def _check_shape(shp: object, where: Where) -> None:
     if not isinstance(shp, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shp):
-        raise where.error(f"expected a list of positive integers, got {shp!r}")
+        raise where.error(f"expected a list of positive integers, got {short(shp)}")
     for i, d in enumerate(shp):
         if d <= 0:
             raise where.at(f"[{i}]").error(f"expected a positive size, got {d}")
@@ -166,11 +272,11 @@ def _check_shape(shp: object, where: Where) -> None:
 
 
 def _check_names(stmt: Statement, text: str, where: Where) -> None:
-    problem = check_identifier(stmt.output)
+    problem = check_name(stmt.output, "tensor")
     if problem:
         raise expr_error(where, text, stmt.out_pos, f"output name: {problem}")
     for r in reads(stmt.body):
-        problem = check_identifier(r.tensor)
+        problem = check_name(r.tensor, "tensor")
         if problem:
             raise expr_error(where, text, r.pos, f"tensor name: {problem}")
         for idx in r.index:
@@ -183,6 +289,11 @@ def _check_names(stmt: Statement, text: str, where: Where) -> None:
             problem = check_identifier(a)
             if problem:
                 raise expr_error(where, text, stmt.out_pos, f"axis name: {problem}")
+    for v in axis_values(stmt.body):
+        problem = check_identifier(v.axis)
+        if problem:
+            raise expr_error(where, text, v.pos, f"{v.axis!r} is not an axis, a tensor read or a function call "
+                                                 f"({problem})")
 
 
 def _index_pos(text: str, start: int, i: int) -> int:

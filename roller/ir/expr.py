@@ -115,6 +115,18 @@ class Read:
 
 
 @dataclass(frozen=True)
+class AxisValue:
+    """The value of an axis at the point being computed (``h`` in ``X[h] / (h + 1)``), as a float: exact for
+    values below 2^24."""
+
+    axis: str
+    pos: int = field(default=-1, compare=False)
+
+    def __str__(self) -> str:
+        return self.axis
+
+
+@dataclass(frozen=True)
 class Call:
     fn: str
     args: tuple[Expr, ...]
@@ -144,7 +156,7 @@ class Neg:
         return f"-{_wrap(self.x, 3, right=True)}"
 
 
-Expr = Const | Read | Call | BinOp | Neg
+Expr = Const | Read | Call | BinOp | Neg | AxisValue
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 
@@ -171,6 +183,10 @@ def walk(e: Expr) -> Iterator[Expr]:
 
 def reads(e: Expr) -> list[Read]:
     return [n for n in walk(e) if isinstance(n, Read)]
+
+
+def axis_values(e: Expr) -> list[AxisValue]:
+    return [n for n in walk(e) if isinstance(n, AxisValue)]
 
 
 def flop_count(e: Expr) -> int:

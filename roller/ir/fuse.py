@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from roller.ir.expr import Affine, Read, map_reads
+from roller.ir.expr import Affine, Read, axis_values, map_reads
 from roller.ir.tensor_expr import Axis, Preparation, TensorDecl, TensorExpr, View
 
 
@@ -80,9 +80,10 @@ def _dims_groups(t: TensorDecl) -> list[list[str]]:
 def fusible_groups(expr: TensorExpr) -> list[list[str]]:
     """Chains of axes that are adjacent, in the same order, or absent in every tensor (plain indices)."""
     accesses = [idx for t in expr.tensors for idx in expr.accesses(t.name)]
+    valued = {v.axis for v in axis_values(expr.body)}  # an axis whose value the body uses stays an axis
 
     def pair_ok(a: str, b: str) -> bool:
-        if expr.axis(a).reduce != expr.axis(b).reduce:
+        if expr.axis(a).reduce != expr.axis(b).reduce or a in valued or b in valued:
             return False
         for idx in accesses:
             plain = [i.plain_axis() for i in idx]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from roller.ir.build import Where
+from roller.ir.build import Where, short
 from roller.ir.expr import BINARY_FUNCS, UNARY_FUNCS
 
 
@@ -46,7 +46,7 @@ class _Params:
             return default
         v = self.obj[key]
         if not isinstance(v, int) or isinstance(v, bool):
-            raise self.where.at(key).error(f"expected an integer, got {v!r}")
+            raise self.where.at(key).error(f"expected an integer, got {short(v)}")
         if v < minimum:
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.where.at(key).error(f"expected {what}, got {v}")
@@ -55,13 +55,13 @@ class _Params:
     def bool(self, key: str, default: bool = False) -> bool:
         v = self.obj.get(key, default)
         if not isinstance(v, bool):
-            raise self.where.at(key).error(f"expected true or false, got {v!r}")
+            raise self.where.at(key).error(f"expected true or false, got {short(v)}")
         return v
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         v = self.obj.get(key, default)
         if v not in choices:
-            raise self.where.at(key).error(f"expected one of {', '.join(choices)}, got {v!r}")
+            raise self.where.at(key).error(f"expected one of {', '.join(choices)}, got {short(v)}")
         return v
 
     def shape(self, key: str) -> list[int]:
@@ -69,7 +69,7 @@ class _Params:
             raise self.where.error(f"missing field {key!r}")
         v = self.obj[key]
         if not isinstance(v, list) or not v or not all(isinstance(d, int) and not isinstance(d, bool) for d in v):
-            raise self.where.at(key).error(f"expected a non-empty list of positive integers, got {v!r}")
+            raise self.where.at(key).error(f"expected a non-empty list of positive integers, got {short(v)}")
         for i, d in enumerate(v):
             if d <= 0:
                 raise self.where.at(f"{key}[{i}]").error(f"expected a positive size, got {d}")
@@ -79,7 +79,7 @@ class _Params:
         v = self.obj.get(key, default)
         if v in ("SAME", "VALID") or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             return v
-        raise self.where.at(key).error(f"expected SAME, VALID or a non-negative integer, got {v!r}")
+        raise self.where.at(key).error(f"expected SAME, VALID or a non-negative integer, got {short(v)}")
 
 
 def _window(size: int, k: int, stride: int, dilation: int, padding: str | int, where: Where,
@@ -161,7 +161,22 @@ def _pool(p: _Params, kind: str) -> Expansion:
     read = f"X[n,c,{_shift(stride, 'h', 1, 'r', ph)},{_shift(stride, 'w', 1, 's', pw)}]"
     shapes = {"X": [n, c, h, w], "Y": [n, c, oh, ow]}
     if kind == "avg":
-        return Expansion(f"Y[n,c,h,w] += {read} / {float(k * k)}", shapes, {"r": k, "s": k})
+        if p.bool("count_include_pad", True):
+            # PyTorch's default: every window divides by K*K, padding counted as zeros.
+            return Expansion(f"Y[n,c,h,w] += {read} / {float(k * k)}", shapes, {"r": k, "s": k})
+        # TensorFlow's and ONNX's default: divide by the window's points inside the input. The count is the
+        # product of the window's overlap with [0, H) and with [0, W), from the output point's own coordinates.
+        def overlap(axis: str, before: int, size: int, out: int) -> str:
+            empty = [o for o in range(out) if min(o * stride - before + k, size) <= max(o * stride - before, 0)]
+            if empty:
+                raise p.where.at("padding").error(
+                    f"output {axis}={empty[0]} averages a window with no input point (padding {pad}, K={k}): with "
+                    "count_include_pad false its divisor would be 0")
+            start = (f"{axis}*{stride}" if stride != 1 else axis) + (f"-{before}" if before else "")
+            return f"(min({start} + {k}, {size}) - max({start}, 0))"
+
+        count = f"{overlap('h', ph, h, oh)} * {overlap('w', pw, w, ow)}"
+        return Expansion(f"Y[n,c,h,w] += {read} / ({count})", shapes, {"r": k, "s": k})
     return Expansion(f"Y[n,c,h,w] max= {read}", shapes, {"r": k, "s": k}, float("-inf"))
 
 
@@ -171,11 +186,13 @@ def _reduce(p: _Params) -> Expansion:
     raw = p.obj.get("axes")
     if not isinstance(raw, list) or not raw or not all(isinstance(a, int) and not isinstance(a, bool)
                                                        for a in raw):
-        raise p.where.at("axes").error(f"expected a non-empty list of axis numbers, got {raw!r}")
+        raise p.where.at("axes").error(f"expected a non-empty list of axis numbers, got {short(raw)}")
     axes = set()
     for i, a in enumerate(raw):
         if not -len(shape) <= a < len(shape):
             raise p.where.at(f"axes[{i}]").error(f"axis {a} is out of range for rank {len(shape)}")
+        if a % len(shape) in axes:
+            raise p.where.at(f"axes[{i}]").error(f"axis {a} is listed twice (as {a % len(shape)})")
         axes.add(a % len(shape))
     names = [f"i{d}" for d in range(len(shape))]
     keep = [names[d] for d in range(len(shape)) if d not in axes]
@@ -193,12 +210,12 @@ def _elementwise(p: _Params) -> Expansion:
     unary = UNARY_FUNCS + ("neg",)
     binary = ("add", "sub", "mul", "div") + BINARY_FUNCS
     if fn not in unary + binary:
-        raise p.where.at("fn").error(f"expected one of {', '.join(unary + binary)}, got {fn!r}")
+        raise p.where.at("fn").error(f"expected one of {', '.join(unary + binary)}, got {short(fn)}")
     shapes = p.obj.get("shapes")
     want = 1 if fn in unary else 2
     if not isinstance(shapes, dict) or len(shapes) != want:
         raise p.where.at("shapes").error(f"expected {want} named input shape{'s' if want > 1 else ''} "
-                                         f"for fn {fn!r}, got {shapes!r}")
+                                         f"for fn {fn!r}, got {short(shapes)}")
     for name in shapes:
         _Params({"op": "elementwise", "shape": shapes[name]}, {"shape"}, p.where.at(f"shapes.{name}")).shape("shape")
     rank = max(len(s) for s in shapes.values())
@@ -229,8 +246,10 @@ def _elementwise(p: _Params) -> Expansion:
 def _transpose(p: _Params) -> Expansion:
     shape = p.shape("shape")
     perm = p.obj.get("perm")
-    if not isinstance(perm, list) or sorted(perm) != list(range(len(shape))):
-        raise p.where.at("perm").error(f"expected a permutation of 0..{len(shape) - 1}, got {perm!r}")
+    # Booleans and floats compare equal to integers (True == 1, 1.0 == 1): accept integers only.
+    if not isinstance(perm, list) or not all(type(q) is int for q in perm) \
+            or sorted(perm) != list(range(len(shape))):
+        raise p.where.at("perm").error(f"expected a permutation of 0..{len(shape) - 1}, got {short(perm)}")
     names = [f"i{d}" for d in range(len(shape))]
     out = [names[q] for q in perm]
     return Expansion(f"Y[{','.join(out)}] = X[{','.join(names)}]",
@@ -243,7 +262,7 @@ NAMED: dict[str, tuple[set[str], Callable[[_Params], Expansion]]] = {
     "batch_matmul": ({"B", "M", "N", "K", "transpose_a", "transpose_b"}, _batch_matmul),
     "conv2d": (_CONV_FIELDS | {"F"}, lambda p: _conv_common(p, False)),
     "depthwise_conv2d": (_CONV_FIELDS, lambda p: _conv_common(p, True)),
-    "avgpool2d": ({"N", "C", "H", "W", "K", "stride", "padding"}, lambda p: _pool(p, "avg")),
+    "avgpool2d": ({"N", "C", "H", "W", "K", "stride", "padding", "count_include_pad"}, lambda p: _pool(p, "avg")),
     "maxpool2d": ({"N", "C", "H", "W", "K", "stride", "padding"}, lambda p: _pool(p, "max")),
     "reduce": ({"kind", "shape", "axes"}, _reduce),
     "elementwise": ({"fn", "shapes"}, _elementwise),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from roller.ir.expr import FUNCS, UNARY_FUNCS, Affine, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import FUNCS, UNARY_FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 
 
 class ParseError(Exception):
@@ -27,12 +27,23 @@ class Statement:
     body: Expr
 
 
+# re.ASCII: \d and \s are ASCII only; '٣' (an Arabic-Indic three) is not a digit of an index.
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)"
     r"|(?P<assign>\+=|max=|min=|=)"
     r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
-    r"|(?P<punct>[-+*/()\[\],]))"
+    r"|(?P<punct>[-+*/()\[\],]))", re.ASCII
 )
+
+# Bounds that keep parsing, printing and code generation away from Python's recursion limit and the C compilers'
+# bracket-nesting limit (256 in clang): brackets and calls nest at most MAX_NESTING deep, a statement is at most
+# MAX_CHARS long, and the tree, where a chain of one operator (a + b + c ...) longer than _CHAIN is balanced,
+# at most MAX_DEPTH deep.
+MAX_CHARS = 20_000
+MAX_NESTING = 32
+MAX_DEPTH = 64
+_CHAIN = 16
+_INDEX_DIGITS = 19
 
 
 @dataclass(frozen=True)
@@ -46,7 +57,7 @@ def _tokenize(src: str) -> list[_Tok]:
     toks: list[_Tok] = []
     i = 0
     while i < len(src):
-        if src[i].isspace():
+        if src[i] in " \t\r\n":
             i += 1
             continue
         m = _TOKEN.match(src, i)
@@ -69,9 +80,17 @@ def _tokenize(src: str) -> list[_Tok]:
 
 class _Parser:
     def __init__(self, src: str) -> None:
+        if len(src) > MAX_CHARS:
+            raise ParseError(f"the statement is {len(src)} characters long, more than {MAX_CHARS}", MAX_CHARS)
         self.src = src
         self.toks = _tokenize(src)
         self.i = 0
+        self.nesting = 0
+
+    def enter(self, pos: int) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise ParseError(f"brackets and function calls nest more than {MAX_NESTING} deep", pos)
 
     def peek(self) -> _Tok:
         return self.toks[self.i]
@@ -156,12 +175,17 @@ class _Parser:
             v = self.index_atom()
             return v.scale(-1) if isinstance(v, Affine) else -v
         if t.text == "(":
+            self.enter(t.pos)
             v = self.index_sum()
             self.expect(")")
+            self.nesting -= 1
             return v
         if t.kind == "num":
             if not t.text.isdigit():
                 raise ParseError(f"index constants must be integers, got {t.text}", t.pos)
+            if len(t.text) > _INDEX_DIGITS:
+                raise ParseError(f"index constant of {len(t.text)} digits: generated kernels compute indices in "
+                                 "64-bit integers", t.pos)
             return int(t.text)
         if t.kind == "name":
             if self.peek().text in ("(", "["):
@@ -172,23 +196,27 @@ class _Parser:
 
     # Body expressions.
     def expr(self) -> Expr:
-        acc = self.term()
+        first = self.term()
+        rest: list[tuple[str, Expr]] = []
         while self.peek().text in ("+", "-"):
             op = self.next().text
-            acc = BinOp(op, acc, self.term())
-        return acc
+            rest.append((op, self.term()))
+        return _chain(first, rest, "-")
 
     def term(self) -> Expr:
-        acc = self.unary()
+        first = self.unary()
+        rest: list[tuple[str, Expr]] = []
         while self.peek().text in ("*", "/"):
             op = self.next().text
-            acc = BinOp(op, acc, self.unary())
-        return acc
+            rest.append((op, self.unary()))
+        return _chain(first, rest, "/")
 
     def unary(self) -> Expr:
         if self.peek().text == "-":
-            self.next()
+            minus = self.next()
+            self.enter(minus.pos)
             inner = self.unary()
+            self.nesting -= 1
             if isinstance(inner, Const):
                 return Const(-inner.value)
             return Neg(inner)
@@ -199,8 +227,10 @@ class _Parser:
         if t.kind == "num":
             return Const(float(t.text))
         if t.text == "(":
+            self.enter(t.pos)
             e = self.expr()
             self.expect(")")
+            self.nesting -= 1
             return e
         if t.kind == "name":
             if self.peek().text == "(":
@@ -209,7 +239,7 @@ class _Parser:
                 return Read(t.text, self.index_list(), t.pos)
             if t.text == "inf":
                 return Const(float("inf"))
-            raise ParseError(f"{t.text!r} is neither a tensor read nor a function call", t.pos)
+            return AxisValue(t.text, t.pos)  # a bare name is an axis's value (checked to be an axis later)
         got = "end of expression" if t.kind == "end" else repr(t.text)
         raise ParseError(f"expected a value, got {got}", t.pos)
 
@@ -217,11 +247,13 @@ class _Parser:
         if name.text not in FUNCS:
             raise ParseError(f"unknown function {name.text!r} (known: {', '.join(FUNCS)})", name.pos)
         self.expect("(")
+        self.enter(name.pos)
         args = [self.expr()]
         while self.peek().text == ",":
             self.next()
             args.append(self.expr())
         self.expect(")")
+        self.nesting -= 1
         want = 1 if name.text in UNARY_FUNCS else 2
         if len(args) != want:
             raise ParseError(f"{name.text}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}",
@@ -237,6 +269,46 @@ def _aff_add(a: Affine | int, b: Affine | int, sign: int) -> Affine | int:
     return fa + fb.scale(sign)
 
 
+def _chain(first: Expr, rest: list[tuple[str, Expr]], inverse: str) -> Expr:
+    """``first op1 x1 op2 x2 ...`` (one precedence level) as a tree. Up to _CHAIN operands it is left-deep, as C
+    reads it; a longer chain is split in the middle, with the operators of the right half inverted when the
+    operator at the split is the inverse one (a - b + c == a - (b - c)), so that its depth grows with the
+    logarithm of its length: a sum of 600 terms neither exhausts Python's stack nor C's bracket limit."""
+    if len(rest) < _CHAIN:
+        acc = first
+        for op, x in rest:
+            acc = BinOp(op, acc, x)
+        return acc
+    mid = len(rest) // 2
+    op, head = rest[mid]
+    tail = rest[mid + 1:]
+    if op == inverse:
+        flip = {"+": "-", "-": "+", "*": "/", "/": "*"}
+        tail = [(flip[o], x) for o, x in tail]
+    return BinOp(op, _chain(first, rest[:mid], inverse), _chain(head, tail, inverse))
+
+
+def depth(e: Expr) -> int:
+    """Nesting depth of an expression tree, found without recursion."""
+    deepest = 0
+    stack: list[tuple[Expr, int]] = [(e, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, BinOp):
+            stack += [(node.lhs, level + 1), (node.rhs, level + 1)]
+        elif isinstance(node, Neg):
+            stack.append((node.x, level + 1))
+        elif isinstance(node, Call):
+            stack += [(a, level + 1) for a in node.args]
+    return deepest
+
+
 def parse_statement(src: str) -> Statement:
     """Parse one statement; raises ParseError with a column position."""
-    return _Parser(src).statement()
+    stmt = _Parser(src).statement()
+    levels = depth(stmt.body)
+    if levels > MAX_DEPTH:
+        raise ParseError(f"the expression nests {levels} operations deep, more than {MAX_DEPTH} (write long sums "
+                         "as a reduction over an axis)", stmt.op_pos)
+    return stmt

@@ -19,6 +19,7 @@ inline std::barrier<>* emu_block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> emu_warp_barriers;
 
 #define __global__
+#define __device__
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))

@@ -16,7 +16,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from roller.ir.expr import Affine, BinOp, Call, Const, Expr, Neg, Read
+from roller.errors import InputError
+from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.ir.vector import vector_width
 from roller.program import RProgram
@@ -33,6 +34,21 @@ class Dialect:
     to_acc: str = "(float)({x})"  # converting a loaded element to the accumulator type
     from_acc: str = "({ctype})({x})"
     vector_loads: bool = False  # OpenCL C's floatN, vloadN/vstoreN: CPU kernels vectorise inside a work-item
+    # 64-bit integer types, for index arithmetic that 32 bits cannot hold (see index_types)
+    wide_int: str = "long long"
+    wide_uint: str = "unsigned long long"
+    # storage ctype -> (to_acc, from_acc) where a plain cast does not convert (OpenCL keeps float16 as the bits
+    # in a ushort: without cl_khr_fp16 a half can only be read and written through vload_half/vstore_half)
+    conversions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    language: str = "C"  # for messages
+
+    def load(self, ctype: str, x: str) -> str:
+        """Element ``x`` of storage type ``ctype`` as the accumulator type."""
+        return self.conversions.get(ctype, (self.to_acc, ""))[0].format(x=x)
+
+    def store(self, ctype: str, x: str) -> str:
+        """Accumulator value ``x`` as storage type ``ctype``."""
+        return self.conversions.get(ctype, ("", self.from_acc))[1].format(ctype=ctype, x=x)
 
 
 @dataclass
@@ -40,6 +56,8 @@ class DimPlan:
     extent: int
     div: int  # decode divisor of a linear index over this tile
     origin: str = "0"  # C expression: first tensor index of the tile in this dimension
+    itype: str = "int"  # C type of the tensor index in this dimension (64 bits where 32 cannot hold it)
+    utype: str = "unsigned"  # its unsigned type, for the one-comparison bounds test
 
 
 @dataclass
@@ -51,6 +69,8 @@ class ViewPlan:
     src_sizes: list[int]
     src_strides: list[int]
     virtual_sizes: list[int]
+    src_itypes: list[str] = field(default_factory=list)  # C type of each source index (see index_types)
+    src_utypes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -67,6 +87,8 @@ class TensorPlan:
     smem_elems: int = 0
     smem_strides: list[int] = field(default_factory=list)
     tile_elems: int = 0
+    # unstaged reads: the largest value of every axis variable an index of this tensor is computed from
+    ranges: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,6 +168,7 @@ class KernelPlan:
     reduce_decode: list[tuple[str, int, int]] = field(default_factory=list)  # (axis, divisor, extent)
     vec: VecPlan | None = None
     notes: list[str] = field(default_factory=list)
+    vcombine: str = ""  # combine over vectors (the vector path's accumulators)
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -159,10 +182,32 @@ def _c_float(v: float, d: Dialect) -> str:
     return f"{text}{d.float_suffix}" if d.float_suffix else text
 
 
-def _affine_c(a: Affine, var: Callable[[str], str]) -> str:
+INT32_MAX = 2**31 - 1
+
+
+def reach(a: Affine, ranges: dict[str, int]) -> int:
+    """A bound on the magnitude of an index and of every partial sum C computes it through, for axis values in
+    [0, ranges[axis]]."""
+    return abs(a.const) + sum(abs(c) * max(ranges.get(ax, 0), 0) for ax, c in a.terms)
+
+
+def index_types(a: Affine, ranges: dict[str, int], d: Dialect) -> tuple[str, str]:
+    """(signed, unsigned) C types an index is computed in: ``int`` where every value it and its partial sums take
+    is proven to fit 32 bits (the shapes, coefficients and tile extents are all known here), else the dialect's
+    64-bit types. With 32 bits, ``X[4294967296*i+1]`` would wrap to a small index that passes the bounds test
+    while the load used all 64 bits of the product (the IR bounds every index by 2^62, so 64 bits always hold)."""
+    if reach(a, ranges) <= INT32_MAX:
+        return "int", "unsigned"
+    return d.wide_int, d.wide_uint
+
+
+def _affine_c(a: Affine, var: Callable[[str], str], wide: str = "") -> str:
+    """``a`` as C over the axis variables ``var(axis)``; ``wide`` (a 64-bit type) converts each variable first,
+    so that the products and sums are computed in 64 bits."""
     parts = []
     for ax, c in a.terms:
-        parts.append(var(ax) if c == 1 else f"{c} * {var(ax)}")
+        v = f"({wide}){var(ax)}" if wide else var(ax)
+        parts.append(v if c == 1 else f"{c} * {v}")
     if a.const or not parts:
         parts.append(str(a.const))
     return " + ".join(parts).replace("+ -", "- ")
@@ -175,19 +220,39 @@ def _strides(sizes: list[int] | tuple[int, ...]) -> list[int]:
     return out
 
 
-def render_body(e: Expr, d: Dialect, read: Callable[[Read], str]) -> str:
+def render_body(e: Expr, d: Dialect, read: Callable[[Read], str], vtype: str = "",
+                axis: Callable[[str], str] | None = None) -> str:
+    """The body as a C expression; ``axis(name)`` renders an axis's value. With ``vtype`` (a vector type, CPU
+    kernels) reads are vectors and a call's arguments are converted to ``vtype`` (a scalar constant broadcast):
+    the generated helpers (rl_max_v ...) take vectors only. Function templates name them through ``{v}``."""
     if isinstance(e, Const):
         return _c_float(e.value, d)
     if isinstance(e, Read):
         return read(e)
+    if isinstance(e, AxisValue):
+        if axis is None:
+            raise TypeError(f"no rendering for the value of axis {e.axis}")
+        return axis(e.axis)
     if isinstance(e, Neg):
-        return f"(-{render_body(e.x, d, read)})"
+        return f"(-{render_body(e.x, d, read, vtype, axis)})"
     if isinstance(e, BinOp):
-        return f"({render_body(e.lhs, d, read)} {e.op} {render_body(e.rhs, d, read)})"
+        return f"({render_body(e.lhs, d, read, vtype, axis)} {e.op} {render_body(e.rhs, d, read, vtype, axis)})"
     if isinstance(e, Call):
-        args = [render_body(a, d, read) for a in e.args]
-        return d.funcs[e.fn].format(*args, zero=_c_float(0.0, d), one=_c_float(1.0, d))
+        args = [render_body(a, d, read, vtype, axis) for a in e.args]
+        if vtype:
+            args = [f"(({vtype})({a}))" for a in args]
+        return d.funcs[e.fn].format(*args, zero=_c_float(0.0, d), one=_c_float(1.0, d), v="_v" if vtype else "")
     raise TypeError(e)
+
+
+def combine_stmt(reduce_op: str | None, d: Dialect, vector: bool = False) -> str:
+    """The statement folding ``{val}`` into ``{acc}`` (a template for str.format)."""
+    if reduce_op == "sum":
+        return "{acc} += {val};"
+    if reduce_op in ("max", "min"):
+        fold = d.funcs[reduce_op].format("{acc}", "{val}", zero="", one="", v="_v" if vector else "")
+        return "{acc} = " + fold + ";"
+    return "{acc} = {val};"
 
 
 def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None) -> KernelPlan:
@@ -198,6 +263,12 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     each thread owns a contiguous run of every axis (``blocked``), which is what a CPU compiler turns into
     SIMD inside one work-item; on GPUs threads own strided runs, which is what coalesces a warp."""
     expr = prog.expr
+    for t in expr.tensors:
+        if t.dtype not in d.ctype:
+            # Checked here for every C-family backend: a dtype without a type of its own must not be rendered as
+            # another (OpenCL once ran bfloat16 as float32) nor end as a KeyError.
+            raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
+                             f"use {' or '.join(d.ctype)}", field="dtype")
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
     scratchpad = prog.scopes[prog.block_level + 1] == "block"
@@ -228,6 +299,14 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         div_k *= ax.block
 
     block_shape = {a.name: b_tile[i] for i, a in enumerate(expr.axes)}
+    # The largest value each axis variable takes: tiles run past an axis's end (those points are clamped or
+    # guarded, never stored), and an unstaged reduction walks exactly its extent.
+    ranges = {ax.name: ax.blocks * ax.block - 1 for ax in spatial}
+    ranges.update({ax.name: (ax.blocks * ax.block if staged else ax.extent) - 1 for ax in reduce})
+    for ax in spatial:
+        if ax.blocks * ax.block > INT32_MAX:
+            raise InputError(f"{expr.name}: axis {ax.name} runs to {ax.blocks * ax.block} with its tiles, more than "
+                             "32-bit thread coordinates hold", field="shapes")
     pads = dict(prog.block_tile.storage_padding)
     acc_ctype = d.ctype[expr.acc_dtype]
 
@@ -253,8 +332,10 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                 lows.append(lo)
                 # The tile's first index: the affine map at the tile's start, shifted by the lowest offset.
                 starts = Affine.of({a: c for a, c in accs[0][dim].terms})
-                origin = _affine_c(Affine(starts.terms, lo), var_start)
-                dims.append(DimPlan(hi - lo + 1, 0, origin))
+                widest = max(accs, key=lambda idx: reach(idx[dim], ranges))[dim]
+                itype, utype = index_types(widest, ranges, d)
+                origin = _affine_c(Affine(starts.terms, lo), var_start, "" if itype == "int" else itype)
+                dims.append(DimPlan(hi - lo + 1, 0, origin, itype, utype))
             ext = [dp.extent for dp in dims]
             div = 1
             for dp in reversed(dims):
@@ -275,26 +356,23 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                     if tp.smem_strides[dim] != 1:
                         expr_c = f"({expr_c}) * {tp.smem_strides[dim]}"
                     terms.append(expr_c)
-                read_exprs[(t.name, idx)] = d.to_acc.format(x=f"{tp.smem}[{' + '.join(terms) or '0'}]")
+                read_exprs[(t.name, idx)] = d.load(tp.ctype, f"{tp.smem}[{' + '.join(terms) or '0'}]")
         else:
             # Without staging, padded points of a partial block would read past a tensor's end through a
             # plain spatial index: clamp those (their results are never stored), guard the rest.
             clamp = {a.name: a.extent for a in expr.spatial_axes} if expr.reduce_axes else {}
+            tp.ranges = ranges
             for idx in accs:
                 read_exprs[(t.name, idx)] = _global_read(tp, idx, var_global, expr.pad_value, d, clamp)
         inputs.append(tp)
 
-    body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)])
+    # An axis's value: its global coordinate (tile start + local coordinate in a staged kernel).
+    axis_c = (lambda a: f"((float)(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"((float){var_global(a)})")
+    body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)], axis=axis_c)
     out = _tensor_plan(expr.output, d)
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
-    if expr.reduce_op == "sum":
-        init, combine = _c_float(0.0, d), "{acc} += {val};"
-    elif expr.reduce_op == "max":
-        init, combine = f"(-{d.infinity})", "{acc} = " + d.funcs["max"].format("{acc}", "{val}") + ";"
-    elif expr.reduce_op == "min":
-        init, combine = d.infinity, "{acc} = " + d.funcs["min"].format("{acc}", "{val}") + ";"
-    else:
-        init, combine = _c_float(0.0, d), "{acc} = {val};"
+    init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
+    combine = combine_stmt(expr.reduce_op, d)
     guard = " && ".join(f"rl_s_{ax.name} + rl_l_{ax.name} < {ax.extent}" for ax in reduce
                         if ax.extent % ax.block) or ""
     params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
@@ -304,6 +382,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     for ax in reversed(reduce):
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
+    out.ranges = ranges
     vec = _vec_plan(expr, spatial, inputs, out, d) if blocked and not staged and d.vector_loads else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
@@ -312,7 +391,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
-        reduce_op=expr.reduce_op, acc_init=init, combine=combine, body=body, out_index=out_index,
+        reduce_op=expr.reduce_op, acc_init=init, combine=combine,
+        vcombine=combine_stmt(expr.reduce_op, d, True) if vec else "",
+        body=body, out_index=out_index,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec)
 
@@ -338,7 +419,11 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
                 reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp)
-        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)])
+        def axis_v(a: str) -> str:
+            lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
+            return f"(({vtype})((float){var_global(a)}){lanes})"
+
+        return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype, axis_v)
 
     def guard(axes: dict[str, int]) -> str:
         return " && ".join(f"rl_g_{a} < {n}" for a, n in axes.items())
@@ -396,7 +481,7 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     # as one: the address is not clamped along the axis, and a test that the last lane is inside picks the
     # load; the vector across the end gathers its lanes clamped.
     rows = {a: n for a, n in clamp.items() if a != axis}
-    conds, offs = _global_address(tp, idx, var_global, rows)
+    conds, offs = _global_address(tp, idx, var_global, rows, d)
     load = f"vload{width}(0, {tp.name} + {offs})"
     ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp and any(
         i.plain_axis() == axis for i in idx) else []
@@ -404,7 +489,7 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     # first and last lane inside the tensor means all are, and the run is one load; at a border, gather.
     moving = any(_guarded(tp, dim, i) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
     if moving:
-        ends += _global_address(tp, idx, lane(width - 1), rows)[0]
+        ends += _global_address(tp, idx, lane(width - 1), rows, d)[0]
     if ends:
         return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {gathered()})"
     if conds:
@@ -421,8 +506,12 @@ def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
     if t.view is not None and not t.view.is_reshape():
         v = t.view
         subs = [list(reversed(dim)) for dim in v.dims]
-        src = [_affine_c(i, lambda a: f"rl_v_{a}") for i in v.index]
-        vp = ViewPlan(subs, src, list(v.source_shape), _strides(v.source_shape), list(t.shape))
+        # Sub-axis values come from decoding a virtual index: each lies in [0, its extent).
+        sub_ranges = {name: ext - 1 for dim in v.dims for name, ext in dim}
+        types = [index_types(i, sub_ranges, d) for i in v.index]
+        src = [_affine_c(i, lambda a: f"rl_v_{a}", "" if it == "int" else it) for i, (it, _) in zip(v.index, types)]
+        vp = ViewPlan(subs, src, list(v.source_shape), _strides(v.source_shape), list(t.shape),
+                      [it for it, _ in types], [ut for _, ut in types])
         return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape), vp)
     return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape))
 
@@ -434,17 +523,18 @@ def _guarded(tp: TensorPlan, dim: int, i: Affine) -> bool:
 
 
 def _global_address(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str],
-                    clamp: dict[str, int] | None) -> tuple[list[str], str]:
+                    clamp: dict[str, int] | None, d: Dialect) -> tuple[list[str], str]:
     """(bounds tests, flat offset) of a plain tensor's read."""
     conds = []
     offs = []
     for dim, i in enumerate(idx):
-        c = _affine_c(i, var)
+        itype, utype = index_types(i, tp.ranges, d)
+        c = _affine_c(i, var, "" if itype == "int" else itype)
         plain = i.plain_axis()
         if plain is not None and clamp and plain in clamp:
             c = f"min({var(plain)}, {clamp[plain] - 1})"
         elif _guarded(tp, dim, i):
-            conds.append(f"(unsigned)({c}) < {tp.sizes[dim]}u")
+            conds.append(f"({utype})({c}) < {tp.sizes[dim]}u")
         offs.append(f"({c}) * {tp.strides[dim]}" if tp.strides[dim] != 1 else f"({c})")
     return conds, " + ".join(offs) or "0"
 
@@ -455,8 +545,8 @@ def _global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], s
     indices that can leave the tensor are guarded and read as the pad value."""
     if tp.view is not None:
         return _view_read(tp, idx, var, pad, d, clamp)
-    conds, off = _global_address(tp, idx, var, clamp)
-    load = d.to_acc.format(x=f"{tp.name}[{off}]")
+    conds, off = _global_address(tp, idx, var, clamp, d)
+    load = d.load(tp.ctype, f"{tp.name}[{off}]")
     if not conds:
         return load
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"
@@ -471,7 +561,9 @@ def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str
     subs: dict[str, str] = {}
     for dim, (i, parts) in enumerate(zip(idx, v.subs)):
         plain = i.plain_axis()
-        virt = f"min({var(plain)}, {clamp[plain] - 1})" if plain and clamp and plain in clamp else _affine_c(i, var)
+        itype, _ = index_types(i, tp.ranges, d)
+        virt = f"min({var(plain)}, {clamp[plain] - 1})" if plain and clamp and plain in clamp else \
+            _affine_c(i, var, "" if itype == "int" else itype)
         div = 1
         for name, ext in parts:
             subs[name] = f"((({virt}) / {div}) % {ext})" if div > 1 else f"(({virt}) % {ext})"
@@ -481,7 +573,7 @@ def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str
         c = e
         for name, text in sorted(subs.items(), key=lambda kv: -len(kv[0])):
             c = c.replace(f"rl_v_{name}", text)
-        conds.append(f"(unsigned)({c}) < {v.src_sizes[dim]}u")
+        conds.append(f"({v.src_utypes[dim]})({c}) < {v.src_sizes[dim]}u")
         offs.append(f"({c}) * {v.src_strides[dim]}" if v.src_strides[dim] != 1 else f"({c})")
-    load = d.to_acc.format(x=f"{tp.name}[{' + '.join(offs)}]")
+    load = d.load(tp.ctype, f"{tp.name}[{' + '.join(offs)}]")
     return f"({' && '.join(conds)} ? {load} : {_c_float(pad, d)})"

@@ -26,7 +26,7 @@ def render(plan: KernelPlan, dialect: Dialect, template_dir: Path, template: str
     env = environment(template_dir)
 
     def from_acc(ctype: str, x: str) -> str:
-        return dialect.from_acc.format(ctype=ctype, x=x)
+        return dialect.store(ctype, x)
 
     text = env.get_template(template).render(p=plan, from_acc=from_acc, **extra)
     # Templates keep their structure readable; the generated file drops the blank lines that leaves.

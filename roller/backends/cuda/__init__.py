@@ -30,10 +30,10 @@ DIALECT = Dialect(
     ctype={"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"},
     funcs={"exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
            "tanh": "tanhf({0})", "erf": "erff({0})", "sigmoid": "({one} / ({one} + expf(-({0}))))",
-           "relu": "fmaxf({0}, {zero})", "abs": "fabsf({0})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})"},
+           "relu": "rl_relu({0})", "abs": "fabsf({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
     # NVRTC has no math.h: spell infinity by its bits
     infinity="__int_as_float(0x7f800000)",
-    to_acc="(float)({x})", from_acc="({ctype})({x})")
+    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA")
 
 
 def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[list[tuple[str, str, int]], int]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from roller.backends.c_family.plan import Dialect, render_body
+from roller.backends.c_family.plan import INT32_MAX, Dialect, reach, render_body
 from roller.backends.ipu_poplar.plan import AxisMap, GraphPlan, TensorMap, dumps, interval
 from roller.ir.expr import Affine, Const, Read
 from roller.ir.tensor_expr import TensorExpr
@@ -25,8 +25,8 @@ DIALECT = Dialect(
     ctype={"float32": "float"},
     funcs={"exp": "std::exp({0})", "log": "std::log({0})", "sqrt": "std::sqrt({0})",
            "rsqrt": "({one} / std::sqrt({0}))", "tanh": "std::tanh({0})", "erf": "std::erf({0})",
-           "sigmoid": "({one} / ({one} + std::exp(-({0}))))", "relu": "std::fmax({0}, {zero})",
-           "abs": "std::fabs({0})", "max": "std::fmax({0}, {1})", "min": "std::fmin({0}, {1})"},
+           "sigmoid": "({one} / ({one} + std::exp(-({0}))))", "relu": "rl_relu({0})",
+           "abs": "std::fabs({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
     to_acc="{x}", from_acc="{x}")
 
 FILES = ("codelets.cpp", "host.cpp", "graph_plan.hpp", "graph_plan.json", "Makefile")
@@ -65,8 +65,10 @@ def fields(p: GraphPlan) -> list[Field]:
     return out
 
 
-def _affine(i: Affine, var: str = "rl_g_") -> str:
-    parts = [f"{var}{a}" if c == 1 else f"{c} * {var}{a}" for a, c in i.terms]
+def _affine(i: Affine, var: str = "rl_g_", wide: str = "") -> str:
+    """``i`` as C++ over ``var<axis>``; ``wide`` (a 64-bit type) converts each variable first."""
+    cast = f"({wide})" if wide else ""
+    parts = [f"{cast}{var}{a}" if c == 1 else f"{c} * {cast}{var}{a}" for a, c in i.terms]
     if i.const or not parts:
         parts.append(str(i.const))
     return " + ".join(parts).replace("+ -", "- ")
@@ -87,11 +89,15 @@ def _read(t: TensorMap, r: Read, extents: dict[str, int], pad: str) -> str:
     offs, conds = [], []
     full = {a: (0, e - 1) for a, e in extents.items()}
     for d, i in enumerate(r.index):
-        local = f"({_affine(i)} - (int)rl_lo_{t.name}_{d})"
+        # 32 bits where every value of the index (and its partial sums) is proven to fit, else 64 (an IPU's int
+        # and long are 32 bits): a wrapped index would pass the bounds test and read elsewhere.
+        wide = reach(i, {a: e - 1 for a, e in extents.items()}) > INT32_MAX
+        itype, utype = ("long long", "unsigned long long") if wide else ("int", "unsigned")
+        local = f"({_affine(i, wide=itype if wide else '')} - ({itype})rl_lo_{t.name}_{d})"
         offs.append(local if d == len(r.index) - 1 else f"{local} * rl_s_{t.name}_{d}")
         lo, hi = interval(i, full)
         if lo < 0 or hi >= t.shape[d]:
-            conds.append(f"(unsigned){local} < rl_n_{t.name}_{d}")
+            conds.append(f"({utype}){local} < rl_n_{t.name}_{d}")
     load = f"{t.name}[{' + '.join(offs) or '0'}]"
     return f"({' && '.join(conds)} ? {load} : {pad})" if conds else load
 
@@ -101,9 +107,9 @@ def _combine(reduce_op: str | None) -> tuple[str, str]:
     if reduce_op == "sum":
         return "0.0f", "rl_acc[rl_j] += rl_v;"
     if reduce_op == "max":
-        return "(-INFINITY)", "rl_acc[rl_j] = std::fmax(rl_acc[rl_j], rl_v);"
+        return "(-INFINITY)", "rl_acc[rl_j] = rl_max(rl_acc[rl_j], rl_v);"
     if reduce_op == "min":
-        return "INFINITY", "rl_acc[rl_j] = std::fmin(rl_acc[rl_j], rl_v);"
+        return "INFINITY", "rl_acc[rl_j] = rl_min(rl_acc[rl_j], rl_v);"
     return "0.0f", "rl_acc[rl_j] = rl_v;"
 
 
@@ -118,7 +124,8 @@ def _point(a: AxisMap) -> str:
 def context(p: GraphPlan, expr: TensorExpr, hw_target: str) -> dict[str, Any]:
     tensors = {t.name: t for t in p.tensors}
     pad = render_body(Const(p.pad_value), DIALECT, lambda r: "")
-    body = render_body(expr.body, DIALECT, lambda r: _read(tensors[r.tensor], r, expr.extents, pad))
+    body = render_body(expr.body, DIALECT, lambda r: _read(tensors[r.tensor], r, expr.extents, pad),
+                       axis=lambda a: f"((float)rl_g_{a})")
     init, combine = _combine(expr.reduce_op if p.reduce else None)
     out_axes = [i.plain_axis() for i in expr.out_index]
     out_offs = []

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 TEMPLATES = Path(__file__).parent / "templates"
 
 DIALECT = Dialect(
-    ctype={"float32": "float", "float16": "half", "bfloat16": "float"},
+    ctype={"float32": "float", "float16": "ushort"},
     funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
-           "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "fmax({0}, {zero})",
-           "abs": "fabs({0})", "max": "fmax({0}, {1})", "min": "fmin({0}, {1})"},
-    to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True)
+           "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
+           "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})"},
+    to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
+    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")}, language="OpenCL C")
 
 
 class OpenCLBackend(Backend):
@@ -30,7 +31,7 @@ class OpenCLBackend(Backend):
     file_ext = "cl"
     target_pattern = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
     target_hint = "an OpenCL target name like pocl-cpu"
-    dtypes = ("float32",)
+    dtypes = ("float32", "float16")
     cache_env = ("ROLLER_CL_MAPPING", "ROLLER_CL_FAST_MATH", "ROLLER_CL_DEVICE")
     runs_any_description = True
 

@@ -6,6 +6,8 @@ does not depend on ICD enumeration order), else the first platform.
 """
 from __future__ import annotations
 
+import hashlib
+import shlex
 import statistics
 import tempfile
 from pathlib import Path
@@ -15,6 +17,7 @@ import numpy as np
 
 from roller.backends import Artifact, Device, Runner
 from roller.backends.opencl.env import apply_pocl_defaults
+from roller.dtypes import dtype
 from roller.errors import CompileError, InputError, ToolchainError
 from roller.settings import settings
 
@@ -114,11 +117,14 @@ class CLRunner(Runner):
         except cl.RuntimeError as err:
             path = _keep_source(art, workdir)
             log = str(err).strip()
-            repro = (f"python -c \"import pyopencl as cl; ctx=cl.create_some_context(False); "
-                     f"cl.Program(ctx, open({str(path)!r}).read()).build()\"")
+            script = (f"import pyopencl as cl; ctx=cl.create_some_context(False); "
+                      f"cl.Program(ctx, open({str(path)!r}).read()).build()")
+            repro = shlex.join(["python", "-c", script])  # quoted for any path a shell might mangle
             raise CompileError(f"OpenCL build of {art.kernel_name} failed\n{log}\nkernel: {path}\n"
                                f"repro: {repro}") from None
-        self.kernel = getattr(self.program, art.kernel_name)
+        # By name, not as an attribute: a kernel named like a Program attribute ('build', 'get_info') would
+        # otherwise be that attribute.
+        self.kernel = cl.Kernel(self.program, art.kernel_name)
         launch = art.launch
         self.global_size = (launch["global_size"][0],)
         self.local_size = (launch["block"][0],)
@@ -136,10 +142,12 @@ class CLRunner(Runner):
         mf = cl.mem_flags
         bufs = []
         for spec, arr in zip(self.args[:-1], inputs):
-            a = np.ascontiguousarray(arr, dtype=np.float32)
+            # Each buffer in its tensor's dtype: a float16 tensor is 2-byte elements to the kernel.
+            a = np.ascontiguousarray(arr, dtype=dtype(spec.get("dtype", "float32")).storage)
             bufs.append(cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a))
         oshape = tuple(self.args[-1]["shape"])
-        host = out if out is not None else np.empty(oshape, dtype=np.float32)
+        odtype = dtype(self.args[-1].get("dtype", "float32")).storage
+        host = out if out is not None and out.dtype == odtype else np.empty(oshape, dtype=odtype)
         obuf = cl.Buffer(self.ctx, mf.WRITE_ONLY, size=max(4, host.nbytes))
         return bufs, obuf, host
 
@@ -155,6 +163,9 @@ class CLRunner(Runner):
         self._launch(bufs, obuf)
         cl.enqueue_copy(self.queue, host, obuf)
         self.queue.finish()
+        if out is not None and host is not out:
+            out[...] = host
+            return out
         return host
 
     def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
@@ -205,10 +216,26 @@ class CLDevice(Device):
 
 
 def _keep_source(art: Artifact, workdir: Path | None) -> Path:
-    folder = workdir or Path(tempfile.mkdtemp(prefix="roller-cl-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / art.main_file
-    path.write_text(art.source)
+    """Where a kernel that failed to compile is kept for the repro command: in ``workdir`` when given, else as
+    one file per distinct source in the kernel cache's ``failed/`` folder (``roller cache clear`` empties it),
+    so that failures leave no temporary folder behind and the same failure twice keeps one file."""
+    if workdir is not None:
+        folder = Path(workdir)
+        path = folder / art.main_file
+    else:
+        from roller.cache import cache_dir
+
+        digest = hashlib.sha256(art.source.encode()).hexdigest()[:12]
+        folder = cache_dir() / "failed"
+        path = folder / f"{art.kernel_name}-{digest}.{art.main_file.rsplit('.', 1)[-1]}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(art.source)
+    except OSError:  # an unwritable cache: the shared temporary folder, still one file per source
+        folder = Path(tempfile.gettempdir()) / "roller-failed-kernels"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / path.name
+        path.write_text(art.source)
     return path
 
 

@@ -205,7 +205,8 @@ class ProbeResult:
 def description_name(stem: str, default: str = "probed-opencl") -> str:
     """A description name from a file's stem: what a name may hold (letters, digits, '-', '_', '.'), since it
     reaches generated sources and cache keys."""
-    return "".join(c if (c.isalnum() or c in "-_.") else "-" for c in stem).strip("-_.") or default
+    # ASCII only: str.isalnum() also accepts 'é', which the loader's name pattern then rejects.
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "-" for c in stem).strip("-_.") or default
 
 
 def _progress(msg: str, stream: Any = None) -> None:

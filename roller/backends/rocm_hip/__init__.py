@@ -35,8 +35,8 @@ DIALECT = Dialect(
     ctype={"float32": "float", "float16": "_Float16"},
     funcs={"exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
            "tanh": "tanhf({0})", "erf": "erff({0})", "sigmoid": "({one} / ({one} + expf(-({0}))))",
-           "relu": "fmaxf({0}, {zero})", "abs": "fabsf({0})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})"},
-    to_acc="(float)({x})", from_acc="({ctype})({x})")
+           "relu": "rl_relu({0})", "abs": "fabsf({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
+    to_acc="(float)({x})", from_acc="({ctype})({x})", language="HIP")
 
 
 # Unrolling the reduction-step loop lets the compiler load the next steps' fragments early: each unrolled step

@@ -7,6 +7,14 @@
 #include <poplar/Vertex.hpp>
 #include <cmath>
 
+#ifndef ROLLER_NAN_HELPERS
+#define ROLLER_NAN_HELPERS
+// max, min and relu that propagate NaN as numpy does (std::fmax and std::fmin drop it)
+inline float rl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+inline float rl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+inline float rl_relu(float a) { return a < 0.0f ? 0.0f : a; }  // NaN < 0 is false: NaN stays
+#endif
+
 class rl_pool_vertex : public poplar::MultiVertex {
 public:
   poplar::Input<poplar::Vector<float>> X;  // slice of X[2, 5, 5]

@@ -11,6 +11,7 @@
 #include <vector>
 
 #define __global__
+#define __device__
 #define __launch_bounds__(n)
 #define __shared__ static
 #define __restrict__ __restrict
