@@ -155,7 +155,7 @@ class Kernel:
                 raise InputError("out= must be a writeable C-contiguous array")
             target = out.reshape(launch_shape)
         result = self.runner(ordered_inputs(self.launch, bound), out=target)
-        if out is not None:
+        if out is not None and target is not None:
             if result is not target:
                 target[...] = np.asarray(result).reshape(launch_shape)
             return out

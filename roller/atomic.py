@@ -46,7 +46,7 @@ def sweep_stale(target: str | Path) -> list[Path]:
 
     dest = Path(target)
     parent = dest.resolve().parent
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(parent.glob(f".{dest.name}.tmp-*"))
     except OSError:

@@ -38,10 +38,14 @@ from roller.settings import current, settings
 class Backend(Protocol):
     """What the cache needs of a backend (``roller.backends.Backend`` has it)."""
 
-    name: str
-    cache_env: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cache_env(self) -> tuple[str, ...]: ...
 
     def toolchain_version(self) -> str: ...
+
 
 FORMAT = 1
 MANIFEST = "entry.json"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from roller.ir.tensor_expr import TensorExpr
 _CHUNK = 1 << 23
 
 try:  # scipy is optional; math.erf is exact but element by element.
-    from scipy.special import erf as _erf  # type: ignore[import-not-found]
+    from scipy.special import erf as _erf
 except ImportError:  # pragma: no cover - depends on the environment
     _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -107,15 +108,15 @@ def _einsum(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray | None:
     operands = []
     ext = expr.extents
     for r in reads:
-        axes = [i.plain_axis() for i in r.index]
-        if None in axes or len(set(axes)) != len(axes):
+        plain = [i.plain_axis() for i in r.index]
+        if None in plain or len(set(plain)) != len(plain):
             strided = _window_view(data[r.tensor], r.index, ext, expr.pad_value)
             if strided is None:
                 return None
             view, axes = strided
         else:
-            view = data[r.tensor]
-        specs.append("".join(letters[a] for a in axes))  # type: ignore[index]
+            view, axes = data[r.tensor], [str(a) for a in plain]
+        specs.append("".join(letters[a] for a in axes))
         operands.append(view)
     out = "".join(letters[i.plain_axis()] for i in expr.out_index)  # type: ignore[index]
     if not set(out) <= set("".join(specs)):  # an output axis no input reads: einsum cannot broadcast it
@@ -178,12 +179,16 @@ def _chunks(expr: TensorExpr) -> Iterator[tuple[dict, tuple[int, ...], tuple[int
         yield env, shape, red_dims
 
 
+# How a reduction folds a chunk of points (``reduce_op`` names them).
+_FOLDS: dict[str, Any] = {"sum": np.sum, "max": np.max, "min": np.min}
+
+
 def _general(expr: TensorExpr, data: dict[str, np.ndarray]) -> np.ndarray:
     acc: np.ndarray | None = None
     for env, shape, red_dims in _chunks(expr):
         val = np.broadcast_to(_eval(expr.body, env, data, expr.pad_value), shape)
         if red_dims:
-            val = {"sum": np.sum, "max": np.max, "min": np.min}[expr.reduce_op](val, axis=red_dims)
+            val = _FOLDS[str(expr.reduce_op)](val, axis=red_dims)
         if acc is None:
             acc = np.array(val, dtype=np.float64)
         elif expr.reduce_op == "sum":
@@ -363,22 +368,26 @@ def _general_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(reference, term errors reduced as the op reduces, summed |terms|) over the iteration space, chunked
     as _general."""
-    acc = err_acc = mag_acc = None
+    acc: np.ndarray | None = None
+    err_acc: np.ndarray | None = None
+    mag_acc: np.ndarray | None = None
     for env, shape, red in _chunks(expr):
         val, err = _eval_err(expr.body, env, data, expr.pad_value, u)
         val, err = np.broadcast_to(val, shape), np.broadcast_to(err, shape)
         mag = np.abs(val)
         if red:
-            fold = {"sum": np.sum, "max": np.max, "min": np.min}[expr.reduce_op]
+            fold = _FOLDS[str(expr.reduce_op)]
             val, mag = fold(val, axis=red), np.sum(mag, axis=red)
             err = np.sum(err, axis=red) if expr.reduce_op == "sum" else np.max(err, axis=red)
         if acc is None:
             acc, err_acc, mag_acc = np.array(val, np.float64), np.array(err, np.float64), np.array(mag, np.float64)
         elif expr.reduce_op == "sum":
+            assert err_acc is not None and mag_acc is not None
             acc += val
             err_acc += err
             mag_acc += mag
         else:
+            assert err_acc is not None and mag_acc is not None
             (np.maximum if expr.reduce_op == "max" else np.minimum)(acc, val, out=acc)
             np.maximum(err_acc, err, out=err_acc)
             mag_acc += mag

@@ -186,3 +186,19 @@ def test_cli_run_checks_against_onnxruntime(tmp_path: Path, capsys: pytest.Captu
 def test_every_op_node_comes_from_a_model_node() -> None:
     g = import_model(residual())
     assert all(isinstance(n, OpNode) and n.origin for n in g.op_nodes)
+
+
+def test_compare_reports_whole_model_totals(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "res.onnx"
+    onnx.save(residual(), path)
+    out = tmp_path / "report"
+    assert main(["compare", "--hw", "v100", "--hw", "mi50", str(path), "-o", str(out), "--no-plots"]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    model = doc["model"]
+    g = import_model(residual())
+    assert model["nodes"] == len(g.op_nodes) and model["operators"] == len({o["op"] for o in model["ops"]})
+    for hw in ("v100", "mi50"):
+        per_op = {e["op"]: e["predicted_ms"] for e in doc["results"] if e["hw"] == hw}
+        want = sum(per_op[r["op"]] * r["uses"] for r in model["ops"])
+        assert model["total_predicted_ms"][hw] == pytest.approx(want)
+    assert "Whole model" in (out / "report.md").read_text() and "model m (" in capsys.readouterr().out

@@ -9,7 +9,6 @@ import itertools
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -60,19 +59,6 @@ def test_scaled_suite_exists_and_covers_every_kind():
     kinds = {o["op"] for o in _scaled_ops()}
     assert {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "avgpool2d", "maxpool2d", "reduce",
             "elementwise", "transpose"} <= kinds
-
-
-def test_scaled_suite_runs_quickly(record_property):
-    if not SCALED.exists():
-        pytest.skip("bench/suites/scaled.json is not there yet")
-    ops = _scaled_ops()
-    inputs = [make_inputs(op, seed=0) for op in ops]
-    start = time.perf_counter()
-    for op, ins in zip(ops, inputs):
-        roller.reference(op, ins)
-    seconds = time.perf_counter() - start
-    record_property("scaled_suite_reference_seconds", round(seconds, 3))
-    print(f"\nroller.reference over {len(ops)} scaled-suite ops: {seconds:.2f} s")
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda p: p.stem)

@@ -216,6 +216,7 @@ def _build_one(args: argparse.Namespace, hwd: Any, be: Any, op: Any, folder: Pat
         ev = evaluate(op, progs, hwd, be, repeat=args.repeat, workdir=None,
                       label=f"evaluating {op.name} ({len(progs)} candidates)")
         chosen, art, evaluation = ev.best, ev.chosen.artifact, ev.to_json()
+        assert art is not None   # the chosen candidate is one that was rendered, compiled and timed
     else:
         chosen = 0
         art = be.render(progs[0], hwd)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from roller.cli.build_cmd import positive_int
+from roller.errors import InputError
 
 
 def register(sub: Any) -> None:
@@ -26,7 +27,11 @@ def register(sub: Any) -> None:
                     "write a report: index.html (one self-contained file), report.md, results.csv, results.json, "
                     "plots/ (and kernels/ with --kernels). Measured times (roller build --eval, bench/gpu.py, bench/fidelity.py) "
                     "can be added with --measured.")
-    p.add_argument("file", metavar="OPS.json", help="op file: one op or {\"ops\": [...]}")
+    p.add_argument("file", metavar="OPS.json|MODEL.onnx",
+                   help="op file (one op or {\"ops\": [...]}) or an ONNX model (its distinct operators, with "
+                        "whole-model totals)")
+    p.add_argument("--shape", action="append", default=None, metavar="INPUT=D0,D1,...",
+                   help="a model input's static shape (repeatable), where the model leaves it open")
     p.add_argument("--hw", dest="hws", action="append", default=[], metavar="NAME|FILE",
                    help="a description to compare (repeatable; bundled: " + ", ".join(hw.list_bundled())
                         + "; default: all bundled)")
@@ -66,11 +71,18 @@ def _ops(path: str, names: list[str]) -> list:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from roller import hw
+    from roller.cli.model_cmd import is_model, model_ops
     from roller.compare import report as rep
     from roller.evaluate import Progress
 
     t0 = time.perf_counter()
-    ops = _ops(args.file, args.op_names)
+    model = None
+    if is_model(args.file):
+        if args.op_names:
+            raise InputError("--op selects ops of an op file; a model is compared whole", field="--op")
+        ops, model = model_ops(args.file, args.shape)
+    else:
+        ops = _ops(args.file, args.op_names)
     hws = [hw.load(h) for h in (args.hws or hw.list_bundled())]
     out_dir = Path(args.output)
     tmp = rep.prepare_output(out_dir)
@@ -83,7 +95,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         kernels = tmp / "kernels" if args.codegen and args.kernels else None
         report = rep.build(ops, hws, ops_file=args.file, top_k=args.top_k, codegen=args.codegen,
                            measured=args.measured, baseline=args.baseline, jobs=args.jobs, kernels_dir=kernels,
-                           plots=args.plots, on_step=step)
+                           plots=args.plots, on_step=step, model=model)
         written = rep.write_files(report, tmp, started=t0)
         rep.move_into_place(tmp, out_dir)
     finally:
@@ -100,6 +112,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         cg = ", ".join(f"{k} {v}" for k, v in s["codegen"].items())
         meas = f"; measured {s['measured']}" if s["measured"] else ""
         print(f"  {d['name']:<12} sum of predicted {s['total_predicted_ms']:.4g} ms; codegen: {cg}{meas}")
+    if report.model is not None:
+        totals = ", ".join(f"{n} {ms:.4g} ms" for n, ms in report.model["total_predicted_ms"].items())
+        print(f"  model {report.model['name']} ({report.model['nodes']} operator nodes): {totals}")
     if report.plot_note and args.plots:
         print(f"note: {report.plot_note}", file=sys.stderr)
     if report.measured["unmatched"]:

@@ -43,6 +43,20 @@ def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
     return out
 
 
+def model_ops(path: str, shapes: list[str] | None) -> tuple[list[Any], dict[str, Any]]:
+    """(the model's distinct operators, {"name", "uses": op name -> nodes it runs}) for ``roller compare``."""
+    from roller.frontends.onnx import import_model
+    from roller.graph import kernel_key, unique_kernels
+
+    graph = import_model(path, parse_shapes(shapes))
+    counts: dict[str, int] = {}
+    for n in graph.op_nodes:
+        counts[kernel_key(n)] = counts.get(kernel_key(n), 0) + 1
+    unique = unique_kernels(graph)
+    ops = [node.expr for node in unique.values()]
+    return ops, {"name": graph.name, "uses": {unique[k].expr.name: c for k, c in counts.items()}}
+
+
 def _compile(args: argparse.Namespace, compile_here: bool) -> tuple[Any, Any, Any]:
     from roller.backends import for_hw
     from roller.cli.hw_cmd import hw_from_args
@@ -135,7 +149,8 @@ def _dry_run(args: argparse.Namespace) -> int:
     uses: dict[str, int] = {}
     for n in graph.op_nodes:
         uses[kernel_key(n)] = uses.get(kernel_key(n), 0) + 1
-    rows, total = [], 0.0
+    rows: list[dict[str, Any]] = []
+    total = 0.0
     for key, node in unique_kernels(graph).items():
         prog = construct(node.expr, hwd, top_k=args.top_k, matrix=be.matrix_support)[0]
         ms = prog.prediction.time_s * 1e3 if prog.prediction else 0.0

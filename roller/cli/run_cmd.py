@@ -101,7 +101,7 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     target = Path(path)
     check_save_path(path)
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types the keyword arrays as bool
     try:
         write_atomic(target, buf.getvalue())
     except OSError as err:

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +58,7 @@ class Report:
     timing: dict[str, float] = field(default_factory=dict)
     plots: dict[str, str] = field(default_factory=dict)  # name -> SVG text
     plot_note: str | None = None
+    model: dict[str, Any] | None = None  # a whole model's totals, when the ops are a model's operators
 
     @property
     def device_names(self) -> list[str]:
@@ -67,7 +68,8 @@ class Report:
         return {"meta": self.meta, "baseline": self.baseline, "devices": self.devices, "ops": self.ops,
                 "results": self.entries, "kind_ratios": self.kind_ratios, "pair_ratios": self.pair_ratios,
                 "device_summary": self.device_summary, "why": self.why, "measured": self.measured,
-                "timing": self.timing, "plots": sorted(self.plots), "plot_note": self.plot_note}
+                "timing": self.timing, "plots": sorted(self.plots), "plot_note": self.plot_note,
+                "model": self.model}
 
 
 def _op_doc(op: TensorExpr) -> dict[str, Any]:
@@ -80,9 +82,10 @@ def _op_doc(op: TensorExpr) -> dict[str, Any]:
 def build(ops: list[TensorExpr], hws: list[HardwareDesc], *, ops_file: str, top_k: int = 10,
           codegen: bool = True, measured: list[str] | None = None, baseline: str | None = None,
           jobs: int | None = None, kernels_dir: Path | None = None, plots: bool = True,
-          on_step: Callable[[int, str], None] | None = None) -> Report:
+          on_step: Callable[[int, str], None] | None = None, model: Mapping[str, Any] | None = None) -> Report:
     """Construct, predict and render every op for every description and summarize; writes nothing except
-    kernel sources into ``kernels_dir`` (when given and ``codegen``)."""
+    kernel sources into ``kernels_dir`` (when given and ``codegen``). ``model`` ({"name", "uses": op name ->
+    how many of the model's nodes it runs}) adds whole-model totals: each op's time counted per use."""
     from roller import __version__
 
     names = [h.name for h in hws]
@@ -126,11 +129,29 @@ def build(ops: list[TensorExpr], hws: list[HardwareDesc], *, ops_file: str, top_
             report.plots = _render_plots(report, jobs or _collect.default_jobs())
     else:
         report.plot_note = "plots were turned off (--no-plots)"
+    if model is not None:
+        report.model = model_totals(entries, names, model)
     t3 = time.perf_counter()
     report.timing = {"build_s": t_collect, "summaries_s": t2 - t1, "plots_s": t3 - t2,
                      "construction_s_sum": sum(e["construction_ms"] for e in entries) / 1e3,
                      "codegen_s_sum": sum(e["codegen"].get("ms") or 0 for e in entries) / 1e3}
     return report
+
+
+def model_totals(entries: list[dict[str, Any]], names: list[str], model: Mapping[str, Any]) -> dict[str, Any]:
+    """Per device: the model's predicted time (each operator's time times the nodes it runs), and per op its
+    share on each device."""
+    uses: Mapping[str, int] = model["uses"]
+    totals = {n: 0.0 for n in names}
+    rows: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        ms = (e["predicted_ms"] or 0.0) * uses.get(e["op"], 1)
+        totals[e["hw"]] += ms
+        rows.setdefault(e["op"], {"op": e["op"], "uses": uses.get(e["op"], 1), "ms": {}})["ms"][e["hw"]] = ms
+    for row in rows.values():
+        row["share"] = {n: (row["ms"].get(n, 0.0) / totals[n]) if totals[n] else None for n in names}
+    return {"name": model["name"], "nodes": sum(uses.values()), "operators": len(rows),
+            "total_predicted_ms": totals, "ops": sorted(rows.values(), key=lambda r: -max(r["ms"].values()))}
 
 
 def _render_plots(report: Report, jobs: int) -> dict[str, str]:

@@ -81,8 +81,8 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     cands = list(search.found)
     if shrink:
         cands += shrink_for_parallelism(geo, hwd, cands, search)
-    progs = [_program(expr, geo, hwd, c, block_level, thread_level) for c in cands]
-    progs = [p for p in progs if p is not None]
+    built = [_program(expr, geo, hwd, c, block_level, thread_level) for c in cands]
+    progs = [p for p in built if p is not None]
     # float16 GEMM-shaped ops on a description with matrix instructions the backend renders: tensor-core
     # (or matrix-core) programs compete with the scalar ones in the same ranking.
     progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool, support=matrix)

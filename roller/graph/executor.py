@@ -42,7 +42,7 @@ class Executor:
             want = ", ".join(f"{n} {list(self.graph.values[n].shape)}" for n in self.graph.inputs)
             what = f"missing {', '.join(missing)}" if missing else f"unknown input {', '.join(extra)}"
             raise InputError(f"{what}; the model takes {want}")
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for name in self.graph.inputs:
             v = self.graph.values[name]
             arr = np.asarray(inputs[name])
@@ -76,7 +76,7 @@ class Executor:
         for name in self.graph.outputs:
             v = self.graph.values[name]
             kind = dtype_of(v.dtype)
-            host = np.empty(v.shape, dtype=kind.storage)
+            host: np.ndarray = np.empty(v.shape, dtype=kind.storage)
             self.device.download(self.buffers[self.plan.value_buffer[name]], host)
             outputs[name] = kind.from_storage(host).reshape(v.shape)
         return outputs

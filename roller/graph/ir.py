@@ -130,23 +130,23 @@ class Graph:
             for r in n.reads:
                 assert r in known, f"{n.name} reads {r} before it is made"
             assert n.output not in known, f"{n.output} is made twice"
-            out = self.values[n.output]
+            made = self.values[n.output]
             if isinstance(n, OpNode):
                 assert len(n.inputs) == len(n.expr.inputs)
-                for t, v in zip(n.expr.inputs, n.inputs):
-                    assert tuple(t.storage_shape) == self.values[v].shape, (n.name, t.name, v)
-                    assert t.dtype == self.values[v].dtype, (n.name, t.name, v)
-                assert tuple(n.expr.output.storage_shape) == out.shape, (n.name, out.shape)
+                for t, vname in zip(n.expr.inputs, n.inputs):
+                    assert tuple(t.storage_shape) == self.values[vname].shape, (n.name, t.name, vname)
+                    assert t.dtype == self.values[vname].dtype, (n.name, t.name, vname)
+                assert tuple(n.expr.output.storage_shape) == made.shape, (n.name, made.shape)
             elif isinstance(n, ViewNode):
                 src = self.values[n.input]
-                assert src.size == out.size and src.dtype == out.dtype, n.name
+                assert src.size == made.size and src.dtype == made.dtype, n.name
             else:
                 for p in n.pieces:
                     src = self.values[p.source]
-                    assert len(p.shape) == len(src.shape) == len(out.shape), n.name
+                    assert len(p.shape) == len(src.shape) == len(made.shape), n.name
                     for d in range(len(p.shape)):
                         assert 0 <= p.src_start[d] and p.src_start[d] + p.shape[d] <= src.shape[d], n.name
-                        assert 0 <= p.dst_start[d] and p.dst_start[d] + p.shape[d] <= out.shape[d], n.name
+                        assert 0 <= p.dst_start[d] and p.dst_start[d] + p.shape[d] <= made.shape[d], n.name
             known.add(n.output)
         for o in self.outputs:
             assert o in known, f"output {o} is never made"

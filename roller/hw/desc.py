@@ -26,7 +26,7 @@ class FrozenDict(dict):
     def _readonly(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("hardware descriptions are read-only")
 
-    __setitem__ = __delitem__ = _readonly  # type: ignore[assignment]
+    __setitem__ = __delitem__ = _readonly
     clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
     __ior__ = _readonly  # type: ignore[assignment]
 

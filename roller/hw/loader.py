@@ -245,7 +245,8 @@ def _prescan(text: str, display: str) -> None:
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
                     raise InputError(f"invalid YAML: nested more than {MAX_YAML_DEPTH} levels deep",
-                                     source=display, line=event.start_mark.line + 1)
+                                     source=display,
+                                     line=event.start_mark.line + 1 if event.start_mark is not None else None)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.YAMLError:
@@ -708,9 +709,10 @@ class _Checker:
             raise self.fail(path, f"missing key {missing!r} (banks and bank_width_bytes go together)")
         for inner, outer in (("capacity_per_block_bytes", "capacity_per_unit_bytes"),
                              ("capacity_per_thread_bytes", "capacity_per_unit_bytes")):
-            if sizes[inner] is not None and sizes[outer] is not None and sizes[inner] > sizes[outer]:
-                raise self.fail(path + (inner,), f"expected at most {outer} ({format_size(sizes[outer])}), "
-                                                 f"got {format_size(sizes[inner])}")
+            small, big = sizes[inner], sizes[outer]
+            if small is not None and big is not None and small > big:
+                raise self.fail(path + (inner,), f"expected at most {outer} ({format_size(big)}), "
+                                                 f"got {format_size(small)}")
         return MemoryLayer(name=name, scope=scope, capacity_bytes=sizes["capacity_bytes"],
                            capacity_per_unit_bytes=sizes["capacity_per_unit_bytes"],
                            capacity_per_block_bytes=sizes["capacity_per_block_bytes"],

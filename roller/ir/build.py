@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
-from roller.names import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, TensorDecl, TensorExpr
+from roller.names import check_identifier, check_name
 
 MAX_ELEMENTS = 2**31 - 1
 # Kernels walk a reduction with a 32-bit counter.
@@ -140,9 +140,10 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
     origin: dict[str, str] = {}
     for r in body_reads:
         for d, idx in enumerate(r.index):
-            a = idx.plain_axis()
-            if a is None:
+            plain = idx.plain_axis()
+            if plain is None:
                 continue
+            a = plain
             size = shapes[r.tensor][d]
             if a in ext and ext[a] != size:
                 raise expr_error(ew, text, r.pos,
@@ -151,15 +152,15 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
             ext.setdefault(a, size)
             origin.setdefault(a, f"{r.tensor} dimension {d}")
     if stmt.output in shapes:
-        oshape = shapes[stmt.output]
-        if len(oshape) != len(out_axes):
+        given = shapes[stmt.output]
+        if len(given) != len(out_axes):
             raise sw.at(stmt.output).error(
-                f"expected rank {len(out_axes)} (the output is indexed [{','.join(out_axes)}]), got {list(oshape)}")
+                f"expected rank {len(out_axes)} (the output is indexed [{','.join(out_axes)}]), got {list(given)}")
         for d, a in enumerate(out_axes):
-            if a in ext and ext[a] != oshape[d]:
+            if a in ext and ext[a] != given[d]:
                 raise sw.at(stmt.output).error(
-                    f"dimension {d} (axis {a!r}) is {oshape[d]} but the expression gives {ext[a]} from {origin[a]}")
-            ext.setdefault(a, oshape[d])
+                    f"dimension {d} (axis {a!r}) is {given[d]} but the expression gives {ext[a]} from {origin[a]}")
+            ext.setdefault(a, given[d])
     for a, n in (extents or {}).items():
         if a not in all_axes:
             raise where.at(f"extents.{a}").error(f"axis {a!r} does not appear in the expression")
@@ -171,7 +172,7 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
             pos = _axis_pos(stmt.body, a)
             raise expr_error(ew, text, pos, f"cannot infer the extent of axis {a!r}: it never indexes a "
                              "dimension alone (give it in 'extents')")
-    oshape = tuple(shapes.get(stmt.output) or [ext[a] for a in out_axes])
+    oshape: tuple[int, ...] = tuple(shapes.get(stmt.output) or [ext[a] for a in out_axes])
     if math.prod(oshape) > MAX_ELEMENTS:
         raise sw.at(stmt.output).error(f"{stmt.output} has {math.prod(oshape)} elements, more than 2^31-1")
     points = math.prod(ext[a] for a in red_axes)

@@ -39,7 +39,7 @@ class _Params:
                 raise where.at(key).error(f"unknown field for op {obj['op']!r}{extra}; "
                                           f"expected one of {', '.join(sorted(allowed))}")
 
-    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int | None = None, minimum: int = 1) -> int:
         if key not in self.obj:
             if default is None:
                 raise self.where.error(f"missing field {key!r}")
@@ -108,7 +108,7 @@ def _shift(stride: int, axis: str, dil: int, win: str, before: int) -> str:
 
 
 def _matmul(p: _Params) -> Expansion:
-    m, n, k = p.int("M"), p.int("N"), p.int("K")
+    m, n, k = p.integer("M"), p.integer("N"), p.integer("K")
     ta, tb = p.bool("transpose_a"), p.bool("transpose_b")
     a = "A[k,m]" if ta else "A[m,k]"
     b = "B[n,k]" if tb else "B[k,n]"
@@ -117,7 +117,7 @@ def _matmul(p: _Params) -> Expansion:
 
 
 def _batch_matmul(p: _Params) -> Expansion:
-    bs, m, n, k = p.int("B"), p.int("M"), p.int("N"), p.int("K")
+    bs, m, n, k = p.integer("B"), p.integer("M"), p.integer("N"), p.integer("K")
     ta, tb = p.bool("transpose_a"), p.bool("transpose_b")
     a = "A[b,k,m]" if ta else "A[b,m,k]"
     b = "B[b,n,k]" if tb else "B[b,k,n]"
@@ -127,10 +127,10 @@ def _batch_matmul(p: _Params) -> Expansion:
 
 
 def _conv_common(p: _Params, depthwise: bool) -> Expansion:
-    n, c, h, w = p.int("N"), p.int("C"), p.int("H"), p.int("W")
-    f = c if depthwise else p.int("F")
-    kh, kw = p.int("KH"), p.int("KW")
-    stride, dil = p.int("stride", 1), p.int("dilation", 1)
+    n, c, h, w = p.integer("N"), p.integer("C"), p.integer("H"), p.integer("W")
+    f = c if depthwise else p.integer("F")
+    kh, kw = p.integer("KH"), p.integer("KW")
+    stride, dil = p.integer("stride", 1), p.integer("dilation", 1)
     pad = p.padding("padding", "SAME")
     layout = p.choice("layout", ("NCHW", "NHWC"), "NCHW")
     oh, ph = _window(h, kh, stride, dil, pad, p.where, "H")
@@ -153,8 +153,8 @@ def _conv_common(p: _Params, depthwise: bool) -> Expansion:
 
 
 def _pool(p: _Params, kind: str) -> Expansion:
-    n, c, h, w, k = p.int("N"), p.int("C"), p.int("H"), p.int("W"), p.int("K")
-    stride = p.int("stride", k)
+    n, c, h, w, k = p.integer("N"), p.integer("C"), p.integer("H"), p.integer("W"), p.integer("K")
+    stride = p.integer("stride", k)
     pad = p.padding("padding", "VALID")
     oh, ph = _window(h, k, stride, 1, pad, p.where, "H")
     ow, pw = _window(w, k, stride, 1, pad, p.where, "W")

@@ -10,8 +10,8 @@ from typing import Any
 from roller.errors import InputError
 from roller.ir.build import FLOAT32_MAX, Where, build_expr, short
 from roller.ir.named import expand
-from roller.names import check_name
 from roller.ir.tensor_expr import TensorExpr
+from roller.names import check_name
 
 _GENERIC_FIELDS = {"name", "expr", "shapes", "dtype", "dtypes", "pad_value", "extents", "comment"}
 
@@ -153,6 +153,7 @@ def parse_op(obj: Any, where: Where, default_name: str = "op") -> TensorExpr:
     problem = check_name(name, "op")
     if problem:
         raise where.at("name").error(problem)
+    assert isinstance(name, str)   # check_name accepts strings only
     dtype = obj.get("dtype", "float32")
     dtypes = obj.get("dtypes", {})
     if not isinstance(dtypes, dict):

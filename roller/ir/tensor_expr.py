@@ -207,7 +207,7 @@ class TensorExpr:
         unfused source is what the user wrote)."""
         src = self.source or self
         pad = src.pad_value
-        doc = {
+        doc: dict[str, object] = {
             "name": src.name,
             "expr": src.statement(),
             "shapes": {t.name: list(t.storage_shape) for t in src.tensors},

@@ -350,8 +350,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             smem_total += tp.smem_elems * t.itemsize
             for idx in accs:
                 terms = []
-                for dim, i in enumerate(idx):
-                    local = Affine(i.terms, i.const - lows[dim])
+                for dim, aff in enumerate(idx):
+                    local = Affine(aff.terms, aff.const - lows[dim])
                     expr_c = _affine_c(local, var_local)
                     if tp.smem_strides[dim] != 1:
                         expr_c = f"({expr_c}) * {tp.smem_strides[dim]}"
@@ -378,7 +378,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
              [(expr.output.name, d.ctype[expr.output.dtype], True)]
     red_div = 1
-    reduce_decode = []
+    reduce_decode: list[tuple[str, int, int]] = []
     for ax in reversed(reduce):
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roller.backends import Artifact, Backend, Runner
+from roller.backends import Artifact, Backend, Device, Runner
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, KernelPlan, lower
 from roller.backends.c_family.render import render
@@ -107,6 +107,11 @@ class CudaBackend(Backend):
         from roller.backends.cuda.launcher import CudaRunner
 
         return CudaRunner(art, workdir)
+
+    def device(self) -> Device:
+        from roller.backends.cuda.launcher import CupyDevice
+
+        return CupyDevice()
 
     def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         from roller.backends.cuda.toolchain import compile_unit

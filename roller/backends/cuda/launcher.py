@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Artifact, Runner
+from roller.backends import Artifact, Device, Runner
 from roller.backends.cuda import toolchain
 from roller.dtypes import dtype
 from roller.errors import CompileError, ToolchainError
 
 
-def _cupy():  # type: ignore[no-untyped-def]
+def _cupy() -> Any:
     ok, why = toolchain.gpu_present()
     if not ok:
         raise ToolchainError(why)
@@ -95,13 +95,13 @@ class CudaRunner(Runner):
         spec = self.args[-1]
         return self.cp.empty(tuple(spec["shape"]), dtype=dtype(spec["dtype"]).storage)
 
-    def launch(self, dev_inputs: list[Any], dev_out: Any) -> None:
-        self.kernel(self.grid, self.block, (*dev_inputs, dev_out), shared_mem=self.dyn)
+    def launch(self, buffers: list[Any]) -> None:
+        self.kernel(self.grid, self.block, tuple(buffers), shared_mem=self.dyn)
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         dev = self.upload(inputs)
         y = self.alloc_output()
-        self.launch(dev, y)
+        self.launch([*dev, y])
         host = dtype(self.args[-1]["dtype"]).from_storage(self.cp.asnumpy(y))
         if out is not None:
             out[...] = host
@@ -113,7 +113,7 @@ class CudaRunner(Runner):
 
     def time_device(self, dev_inputs: list[Any], dev_out: Any, repeat: int = 10, warmup: int = 2) -> float:
         """Median seconds of one launch, from CUDA events around each launch."""
-        return time_events(lambda: self.launch(dev_inputs, dev_out), repeat, warmup)
+        return time_events(lambda: self.launch([*dev_inputs, dev_out]), repeat, warmup)
 
 
 def time_events(fn: Any, repeat: int = 10, warmup: int = 2) -> float:
@@ -131,3 +131,43 @@ def time_events(fn: Any, repeat: int = 10, warmup: int = 2) -> float:
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
     return statistics.median(times)
+
+
+class CupyDevice(Device):
+    """The current CUDA device through CuPy: buffers are byte arrays, copies go through the runtime's memcpy on
+    the null stream, in order with the kernels CuPy launches there. Written for the graph executor; it has not
+    run on a GPU yet (none was lent to the sessions that wrote it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cp = _cupy()
+
+    @property
+    def name(self) -> str:
+        return device_name()
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.cp.empty(max(4, nbytes), dtype=self.cp.uint8)
+
+    def _upload(self, buf: Any, array: np.ndarray) -> None:
+        host = np.ascontiguousarray(array)
+        rt = self.cp.cuda.runtime
+        rt.memcpy(buf.data.ptr, host.ctypes.data, host.nbytes, rt.memcpyHostToDevice)
+
+    def _download(self, buf: Any, array: np.ndarray) -> None:
+        rt = self.cp.cuda.runtime
+        self.cp.cuda.Stream.null.synchronize()
+        rt.memcpy(array.ctypes.data, buf.data.ptr, array.nbytes, rt.memcpyDeviceToHost)
+
+    def copy(self, dst: Any, src: Any, src_offset: int, dst_offset: int, region: tuple[int, int, int],
+             src_pitches: tuple[int, int], dst_pitches: tuple[int, int]) -> None:
+        rt = self.cp.cuda.runtime
+        width, rows, slices = region
+        for z in range(slices):
+            s = src.data.ptr + src_offset + z * src_pitches[1]
+            d = dst.data.ptr + dst_offset + z * dst_pitches[1]
+            rt.memcpy2DAsync(d, dst_pitches[0] or width, s, src_pitches[0] or width, width, rows,
+                             rt.memcpyDeviceToDevice, 0)
+
+    def finish(self) -> None:
+        self.cp.cuda.Stream.null.synchronize()

@@ -90,11 +90,11 @@ def host_run(cases: list[tuple[Artifact, dict[str, np.ndarray]]], workdir: Path,
         raise CompileError("g++ failed on the host-run driver of the Poplar codelets\n" + "\n".join(failures))
     start = time.perf_counter()
     for i in range(len(groups)):
-        proc = subprocess.run([f"./driver{i}", str(workdir)], cwd=workdir, capture_output=True, text=True,
-                              check=False)
-        if proc.returncode != 0:
-            raise CompileError(f"host-run driver{i} failed (exit {proc.returncode}) in {workdir}:\n"
-                               f"{(proc.stderr or proc.stdout)[-4000:]}\nrepro: cd {workdir} && ./driver{i} .")
+        run = subprocess.run([f"./driver{i}", str(workdir)], cwd=workdir, capture_output=True, text=True,
+                             check=False)
+        if run.returncode != 0:
+            raise CompileError(f"host-run driver{i} failed (exit {run.returncode}) in {workdir}:\n"
+                               f"{(run.stderr or run.stdout)[-4000:]}\nrepro: cd {workdir} && ./driver{i} .")
     timing.run_s = time.perf_counter() - start
     results = {}
     for p, d in plans:

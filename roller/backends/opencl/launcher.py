@@ -25,7 +25,7 @@ POCL_PLATFORM = "Portable Computing Language"
 _CTX: dict[str, Any] = {}
 
 
-def import_opencl():  # type: ignore[no-untyped-def]
+def import_opencl() -> Any:
     apply_pocl_defaults()
     try:
         import pyopencl as cl
@@ -94,7 +94,7 @@ def why_unavailable() -> str:
         return str(err)
 
 
-def context(spec: str | None = None):  # type: ignore[no-untyped-def]
+def context(spec: str | None = None) -> tuple[Any, Any, Any]:
     cl = import_opencl()
     key = spec or settings.opencl.device or ""
     if key not in _CTX:
@@ -137,13 +137,13 @@ class CLRunner(Runner):
                 "private_mem_bytes": self.kernel.get_work_group_info(wg.PRIVATE_MEM_SIZE, self.dev),
                 "max_work_group_size": self.kernel.get_work_group_info(wg.WORK_GROUP_SIZE, self.dev)}
 
-    def _buffers(self, inputs: list[np.ndarray], out: np.ndarray | None):  # type: ignore[no-untyped-def]
+    def _buffers(self, inputs: list[np.ndarray], out: np.ndarray | None) -> tuple[list[Any], Any, np.ndarray]:
         cl = import_opencl()
         mf = cl.mem_flags
         bufs = []
         for spec, arr in zip(self.args[:-1], inputs):
             # Each buffer in its tensor's dtype: a float16 tensor is 2-byte elements to the kernel.
-            a = np.ascontiguousarray(arr, dtype=dtype(spec.get("dtype", "float32")).storage)
+            a: np.ndarray = np.ascontiguousarray(arr, dtype=dtype(spec.get("dtype", "float32")).storage)
             bufs.append(cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a))
         oshape = tuple(self.args[-1]["shape"])
         odtype = dtype(self.args[-1].get("dtype", "float32")).storage
@@ -151,7 +151,7 @@ class CLRunner(Runner):
         obuf = cl.Buffer(self.ctx, mf.WRITE_ONLY, size=max(4, host.nbytes))
         return bufs, obuf, host
 
-    def _launch(self, bufs, obuf):  # type: ignore[no-untyped-def]
+    def _launch(self, bufs: list[Any], obuf: Any) -> Any:
         return self.kernel(self.queue, self.global_size, self.local_size, *bufs, obuf)
 
     def launch(self, buffers: list[Any]) -> Any:

@@ -12,6 +12,7 @@ description that ``roller.hw.load`` accepts.
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 import statistics
 import sys
@@ -309,7 +310,7 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
         prog = cl.Program(ctx, _flops_source(width, chains, unroll)).build(options=options)
         flops_k = cl.Kernel(prog, "flops")
         flops_k.set_args(fout, _np_int(fiters), _np_float(0.5))
-        times = _time(queue, lambda k=flops_k: cl.enqueue_nd_range_kernel(queue, k, (fgroups * fwg,), (fwg,)),
+        times = _time(queue, functools.partial(cl.enqueue_nd_range_kernel, queue, flops_k, (fgroups * fwg,), (fwg,)),
                       runs, cl)
         flop = fgroups * fwg * fiters * unroll * chains * width * 2
         got = [flop / t / 1e12 for t in times]
@@ -337,7 +338,8 @@ def _probe_overheads(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: boo
     out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 4)
     kern.set_args(out)
     launch = min(_time(queue, lambda: cl.enqueue_nd_range_kernel(queue, kern, (1,), (1,)), runs, cl))
-    times = [min(_time(queue, lambda g=n * units: cl.enqueue_nd_range_kernel(queue, kern, (g,), (1,)), runs, cl))
+    times = [min(_time(queue, functools.partial(cl.enqueue_nd_range_kernel, queue, kern, (n * units,), (1,)), runs,
+                       cl))
              for n in per_unit]
     mx, my = statistics.mean(per_unit), statistics.mean(times)
     slope = sum((x - mx) * (y - my) for x, y in zip(per_unit, times)) / sum((x - mx) ** 2 for x in per_unit)
@@ -379,7 +381,7 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
     """FP32 throughput of the kernels' register-tile loop for a range of tile shapes, with plain and with
     gathered reads (best of the runs: the table ranks shapes, and the best run is the least disturbed by other
     processes)."""
-    tables = (([], TILE_SHAPES_QUICK if quick else TILE_SHAPES, "plain"),
+    tables: tuple[tuple[list[str], Any, str], ...] = (([], TILE_SHAPES_QUICK if quick else TILE_SHAPES, "plain"),
               (["-DGATHER"], GATHER_SHAPES_QUICK if quick else GATHER_SHAPES, "gathered"))
     wg = 16 if res.device_type == "cpu" else 64
     # 32 groups per unit: kernels of 0.1-30 ms; with 8 the 30 us ones varied 2x between probe runs.
@@ -402,7 +404,7 @@ def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
             opts = [f"-DR={rows}", f"-DCC={cols}", f"-DK={steps}", f"-DWG={wg}"] + extra + vec
             kern = cl.Kernel(cl.Program(ctx, src).build(options=opts), "tile")
             kern.set_args(a, b, out)
-            t = min(_time(queue, lambda k=kern: cl.enqueue_nd_range_kernel(queue, k, (groups * wg,), (wg,)),
+            t = min(_time(queue, functools.partial(cl.enqueue_nd_range_kernel, queue, kern, (groups * wg,), (wg,)),
                           runs, cl))
             got.append((rows, cols, 2 * groups * wg * steps * rows * cols / t / 1e9))
         log("      " + ", ".join(f"{r}x{c} {g:.3g}" for r, c, g in got) + " GFLOP/s")
@@ -474,7 +476,7 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
     reg_bw = r.compute_units * (r.clock_mhz or 1000) * 1e6 * 2 * 3 * warp * 4 / 1e9
     line = _pow2_floor(r.cacheline_bytes)
     local = r.local_mem_bytes
-    lines = []
+    lines: list[str] = []
     w = lines.append
     today = datetime.date.today().isoformat()
     target = "pocl-cpu" if POCL_PLATFORM in r.platform and r.device_type == "cpu" else \

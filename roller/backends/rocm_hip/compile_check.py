@@ -12,7 +12,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,7 @@ def float16_gemms(ops: Sequence[TensorExpr]) -> list[TensorExpr]:
     return out
 
 
-def check(suites: dict[str, Sequence[TensorExpr]], descriptions: Sequence[str | HardwareDesc], workdir: Path,
+def check(suites: Mapping[str, Sequence[TensorExpr]], descriptions: Sequence[str | HardwareDesc], workdir: Path,
           jobs: int = 2, programs: Callable[[TensorExpr, HardwareDesc], RProgram | None] = best_program
           ) -> list[KernelCheck]:
     """Render every op of every suite for every description (the program ``programs`` picks; ops it gives

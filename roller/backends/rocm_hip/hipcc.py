@@ -179,9 +179,9 @@ def _check_unit(unit: Unit) -> dict[str, dict[str, Any]]:
         errors = [line for line in log.splitlines() if "remark:" not in line
                   and "could not determine the original source location" not in line]
         tail = "\n".join(errors[:60])
-        bad = sorted(bad) or [str(tu)]
+        named = sorted(bad) or [str(tu)]
         raise CompileError(f"hipcc failed for {compile_target(unit.hw)} ({unit.hw.name}, {len(unit.arts)} kernels "
-                           f"in one unit)\n{tail}\nkernel: {', '.join(bad)}\nrepro: {_repro(cmd, folder)}")
+                           f"in one unit)\n{tail}\nkernel: {', '.join(named)}\nrepro: {_repro(cmd, folder)}")
     report = parse_remarks(log)
     asm = folder / f"unit-hip-amdgcn-amd-amdhsa-{compile_target(unit.hw)}.s"
     counts = count_matrix_instructions(asm.read_text(), set(names)) if asm.exists() else {}

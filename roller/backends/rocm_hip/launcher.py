@@ -33,9 +33,9 @@ KFD = Path("/dev/kfd")
 _DEVICE: dict[str, Any] = {}
 
 
-def _hip():  # type: ignore[no-untyped-def]
+def _hip() -> Any:
     try:
-        from hip import hip  # type: ignore[import-not-found]
+        from hip import hip
     except ImportError:
         raise ToolchainError("hip-python is not installed: pip install hip-python (the version matching your "
                              "ROCm; running HIP kernels also needs an AMD GPU with the ROCm driver)") from None

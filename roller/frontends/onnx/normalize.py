@@ -113,7 +113,7 @@ def batch_norm(ctx: Context, node: onnx.NodeProto) -> None:
     params = [ctx.const(node.input[i]) for i in range(1, 5)]
     if any(p is None for p in params):
         raise ctx.error(node, "scale, bias, mean and variance must be constants")
-    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
+    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
     eps = float(ctx.attr(node, "epsilon", 1e-5))
     s = scale / np.sqrt(var + eps)
     t = bias - mean * s
