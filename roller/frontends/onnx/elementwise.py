@@ -45,13 +45,13 @@ def elementwise(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand
     out_shape = broadcast_shape(ctx, node, shapes)
     if not out_shape:   # a scalar result: computed as one element, then viewed as rank 0
         tmp = ctx.fresh(node.output[output] + ":1")
-        _emit(ctx, node, body, which, shapes, [1], tmp, lift=True)
+        _emit(ctx, node, body, which, shapes, [1], tmp)
         return ctx.view(node, tmp, node.output[output], [])
     return _emit(ctx, node, body, which, shapes, out_shape, node.output[output])
 
 
 def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], str], which: list[int],
-          shapes: list[list[int]], out_shape: list[int], out: str, lift: bool = False) -> str:
+          shapes: list[list[int]], out_shape: list[int], out: str) -> str:
     operands: list[Operand] = []
     tensors: dict[str, str] = {}
     for k, (i, shape) in enumerate(zip(which, shapes)):
@@ -61,7 +61,7 @@ def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], st
             operands.append(fmt(float(c.reshape(-1)[0])))
             continue
         v = ctx.device_value(node, i)
-        if lift and not shape:
+        if not shape:   # a computed scalar: read as the one element of a [1] view (kernels index every read)
             v = ctx.graph.values[ctx.view(node, v.name, ctx.fresh(v.name + ":1"), [1])]
             shape = [1]
         t = f"T{k}"
@@ -122,20 +122,21 @@ def unary(ctx: Context, node: onnx.NodeProto) -> None:
 
 @translates("Clip")
 def clip(ctx: Context, node: onnx.NodeProto) -> None:
-    if ctx.opset < 11:
-        lo, hi = ctx.attr(node, "min", None), ctx.attr(node, "max", None)
-    else:
-        lo = float(ctx.const_input(node, 1, "min").reshape(-1)[0]) if ctx.has(node, 1) else None
-        hi = float(ctx.const_input(node, 2, "max").reshape(-1)[0]) if ctx.has(node, 2) else None
+    """min(max(x, lo), hi), in that order: where lo > hi every element is hi (ONNX and numpy agree). The bounds
+    may be computed scalars; NaN elements follow fmax/fmin (the bound), not numpy (NaN)."""
+    given = [i for i in (1, 2) if ctx.has(node, i)]
+    for i in given:
+        c = ctx.const(node.input[i])
+        size = c.size if c is not None else ctx.value(node.input[i]).size
+        if size != 1:
+            raise ctx.error(node, f"input {i} ({'min' if i == 1 else 'max'}) must be a scalar, got {size} elements")
 
     def body(x: list[Operand]) -> str:
         e = x[0]
-        if hi is not None:
-            e = f"min({e}, {fmt(hi)})"
-        if lo is not None:
-            e = f"max({e}, {fmt(lo)})"
+        for i, bound in zip(given, x[1:]):
+            e = f"{'max' if i == 1 else 'min'}({e}, {bound})"
         return e
-    elementwise(ctx, node, body, inputs=[0])
+    elementwise(ctx, node, body, inputs=[0, *given])
 
 
 @translates("LeakyRelu")
@@ -212,7 +213,15 @@ def power(ctx: Context, node: onnx.NodeProto) -> None:
 @translates("Identity", "Dropout")
 def identity(ctx: Context, node: onnx.NodeProto) -> None:
     if len(node.output) > 1 and node.output[1]:
-        raise ctx.error(node, "the mask output of Dropout is not supported (inference needs none)")
+        raise ctx.error(node, "the mask output of Dropout is not supported (a bool tensor; inference needs none)")
+    if node.op_type == "Dropout" and ctx.has(node, 2):
+        training = ctx.const(node.input[2])
+        if training is None:
+            raise ctx.error(node, "training_mode must be a constant known at import")
+        ratio = float(ctx.const_input(node, 1, "ratio").reshape(-1)[0]) if ctx.has(node, 1) else 0.5
+        if bool(training.reshape(-1)[0]) and ratio != 0.0:
+            raise ctx.error(node, f"training_mode=true with ratio {ratio} draws a random mask, which is not "
+                                  "supported (inference, or ratio 0, is the identity)")
     src = ctx.device_value(node, 0)
     ctx.view(node, src.name, node.output[0], src.shape)
 

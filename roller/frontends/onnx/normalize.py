@@ -64,8 +64,6 @@ def softmax(ctx: Context, node: onnx.NodeProto) -> None:
 
 @translates("LayerNormalization")
 def layer_norm(ctx: Context, node: onnx.NodeProto) -> None:
-    if len([o for o in node.output if o]) > 1:
-        raise ctx.error(node, "the Mean and InvStdDev outputs are not supported")
     x = ctx.device_value(node, 0)
     rank = len(x.shape)
     axis = int(ctx.attr(node, "axis", -1))
@@ -90,6 +88,14 @@ def layer_norm(ctx: Context, node: onnx.NodeProto) -> None:
             body = f"({body}) {op} {t[0]}[c]"
     y = ctx.kernel(node, f"Y[r,c] = {body}", ins, ctx.fresh(node.output[0] + ":2d"), [rows, n], kind="layernorm")
     ctx.view(node, y, node.output[0], x.shape)
+    # The optional statistics: [d0, ..., d(axis-1), 1, ..., 1]
+    stat_shape = [*x.shape[:a], *[1] * (rank - a)]
+    if len(node.output) > 1 and node.output[1]:
+        ctx.view(node, mean, node.output[1], stat_shape)
+    if len(node.output) > 2 and node.output[2]:
+        inv = ctx.kernel(node, f"Y[r] = rsqrt(V[r] + {fmt(eps)})", {"V": var}, ctx.fresh(node.output[2] + ":1d"),
+                         [rows], kind="layernorm_invstd")
+        ctx.view(node, inv, node.output[2], stat_shape)
 
 
 def _param(ctx: Context, node: onnx.NodeProto, i: int, norm_shape: list[int], n: int) -> str:
@@ -110,18 +116,30 @@ def batch_norm(ctx: Context, node: onnx.NodeProto) -> None:
     if int(ctx.attr(node, "training_mode", 0)) or len([o for o in node.output if o]) > 1:
         raise ctx.error(node, "training mode is not supported (inference only)")
     x = ctx.device_value(node, 0)
+    if len(x.shape) < 2:
+        raise ctx.error(node, f"expected an input [N, C, ...], got {list(x.shape)}")
+    c = x.shape[1]
     params = [ctx.const(node.input[i]) for i in range(1, 5)]
-    if any(p is None for p in params):
-        raise ctx.error(node, "scale, bias, mean and variance must be constants")
-    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
+    for i, p in enumerate(params):
+        size = p.size if p is not None else ctx.value(node.input[i + 1]).size
+        if size != c:
+            raise ctx.error(node, f"input {i + 1} must have {c} elements (one per channel), got {size}")
     eps = float(ctx.attr(node, "epsilon", 1e-5))
+    names = axes(len(x.shape))
+    full = ",".join(names)
+    if any(p is None for p in params):   # computed statistics: normalised on the device, as written
+        ins = {"X": x.name}
+        for t, i in (("S", 1), ("B", 2), ("M", 3), ("V", 4)):
+            v = ctx.device_value(node, i)
+            ins[t] = v.name if len(v.shape) == 1 else ctx.view(node, v.name, ctx.fresh(v.name + ":c"), [c])
+        ctx.kernel(node, f"Y[{full}] = (X[{full}] - M[{names[1]}]) * rsqrt(V[{names[1]}] + {fmt(eps)}) * "
+                         f"S[{names[1]}] + B[{names[1]}]", ins, node.output[0], x.shape, kind="batchnorm")
+        return
+    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
     s = scale / np.sqrt(var + eps)
     t = bias - mean * s
-    c = x.shape[1]
-    names = axes(len(x.shape))
     sv = ctx.add_const(s.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":scale"))
     tv = ctx.add_const(t.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":shift"))
-    full = ",".join(names)
     ctx.kernel(node, f"Y[{full}] = X[{full}] * S[{names[1]}] + T[{names[1]}]", {"X": x.name, "S": sv, "T": tv},
                node.output[0], x.shape, kind="batchnorm")
 

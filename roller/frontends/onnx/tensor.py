@@ -179,6 +179,9 @@ def slice_(ctx: Context, node: onnx.NodeProto) -> None:
             raise ctx.error(node, "a step of 0")
         lo, hi, _ = slice(s, e, st).indices(x.shape[d])
         n = len(range(lo, hi, st))
+        if n == 0:
+            raise ctx.error(node, f"the slice of axis {d} is empty (starts {starts}, ends {ends}, steps {steps} of "
+                                  f"{list(x.shape)}); zero-size tensors are not supported")
         first[d], count[d], step[d] = lo, n, st
     if all(s == 1 for s in step):
         ctx.copy(node, [Piece(x.name, tuple(first), (0,) * rank, tuple(count))], node.output[0], count)
@@ -278,9 +281,15 @@ def pad(ctx: Context, node: onnx.NodeProto) -> None:
     idx = []
     for d, n in enumerate(names):
         b = before[d]
-        idx.append(n if b == 0 else (f"{n}-{b}" if b > 0 else f"{n}+{-b}"))
-    ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(idx)}]", {"X": x.name}, node.output[0], shape,
-               pad_value=value, kind="pad")
+        if b == 0 and shape[d] != x.shape[d]:
+            # Padded or cropped at the end only: a plain index would tie the axis to both sizes. Offsetting it by
+            # a reduction axis of extent 1 reads the same element and lets the output size stand.
+            idx.append(f"{n}+u")
+        else:
+            idx.append(n if b == 0 else (f"{n}-{b}" if b > 0 else f"{n}+{-b}"))
+    op = "+=" if any("+u" in i for i in idx) else "="
+    ctx.kernel(node, f"Y[{','.join(names)}] {op} X[{','.join(idx)}]", {"X": x.name}, node.output[0], shape,
+               pad_value=value, extents={"u": 1} if op == "+=" else None, kind="pad")
 
 
 @translates("Expand")
@@ -294,3 +303,14 @@ def expand(ctx: Context, node: onnx.NodeProto) -> None:
     names = axes(len(shape))
     ctx.kernel(node, f"Y[{','.join(names)}] = {read('X', list(x.shape), shape)}", {"X": x.name},
                node.output[0], shape, kind="expand")
+
+
+# -- ops that are only ever evaluated at import -------------------------------------------------------------
+
+@translates("Constant", "ConstantOfShape", "Range")
+def import_time_only(ctx: Context, node: onnx.NodeProto) -> None:
+    """These make tensors whose shape is their inputs' values: with every input known at import the importer
+    evaluates them (they never reach here); a computed input would make the shape dynamic."""
+    computed = [i for i in node.input if i and ctx.const(i) is None]
+    raise ctx.error(node, f"its input {computed[0]!r} must be a constant known at import (the output's shape "
+                          "depends on its value); here it is computed by the model")
