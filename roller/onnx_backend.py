@@ -30,8 +30,12 @@ from roller.errors import InputError
 
 #: the description used when ``prepare`` is not told one, per ONNX device kind
 DEFAULT_HW = {"CPU": "pocl-cpu", "CUDA": "h100"}
-#: ONNX element types whose inputs a kernel reads (the others are specialised: folded into the model)
+#: ONNX element types whose inputs a kernel reads
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+#: the element types of inputs that are specialised (folded into the model at the first run): integers and bool
+SPECIALISED_TYPES = frozenset({onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
+                               onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+                               onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -86,7 +90,7 @@ class RollerRep(BackendRep):
         self._compiled: dict[bytes, Any] = {}
         self.input_names = [i.name for i in _graph_inputs(proto)] if model is None else list(model.input_names)
         self._specialised = [i.name for i in _graph_inputs(proto)
-                             if i.type.tensor_type.elem_type not in FLOAT_TYPES] if model is None else []
+                             if i.type.tensor_type.elem_type in SPECIALISED_TYPES] if model is None else []
         self._out_types = {o.name: o.type.tensor_type.elem_type for o in proto.graph.output}
 
     @property
@@ -164,7 +168,7 @@ class RollerBackend(Backend):
         inputs = _graph_inputs(model)
         given = set(kwargs.get("shapes") or {})
         deferred = [i.name for i in inputs if i.type.HasField("tensor_type") and
-                    (i.type.tensor_type.elem_type not in FLOAT_TYPES or
+                    (i.type.tensor_type.elem_type in SPECIALISED_TYPES or
                      (not _is_static(i) and i.name not in given))]
         if deferred and specialize:
             options.pop("shapes", None)

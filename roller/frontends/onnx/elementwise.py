@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import Context, fmt, translates
+from roller.frontends.onnx.context import DEVICE_TYPES, Context, fmt, translates
 
 Operand = str   # an expression: a read like "A[i0,0,i2]" or a literal
 
@@ -24,6 +24,12 @@ def broadcast_shape(ctx: Context, node: onnx.NodeProto, shapes: Sequence[Sequenc
             from None
 
 
+def shape_of(ctx: Context, name: str) -> list[int]:
+    """The shape of a value, computed or constant."""
+    c = ctx.const(name)
+    return list(c.shape) if c is not None else list(ctx.value(name).shape)
+
+
 def read(tensor: str, shape: Sequence[int], out_shape: Sequence[int]) -> str:
     """``tensor`` indexed for an output of ``out_shape`` under numpy broadcasting (size-1 dims read at 0)."""
     names = axes(len(out_shape))
@@ -38,10 +44,7 @@ def elementwise(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand
     broadcasting; constant scalars are written into the expression, other inputs are read."""
     which = list(range(len(node.input))) if inputs is None else list(inputs)
     which = [i for i in which if ctx.has(node, i)]
-    shapes = []
-    for i in which:
-        c = ctx.const(node.input[i])
-        shapes.append(list(c.shape) if c is not None else list(ctx.value(node.input[i]).shape))
+    shapes = [shape_of(ctx, node.input[i]) for i in which]
     out_shape = broadcast_shape(ctx, node, shapes)
     if not out_shape:   # a scalar result: computed as one element, then viewed as rank 0
         tmp = ctx.fresh(node.output[output] + ":1")
@@ -111,6 +114,8 @@ UNARY = {
     "Softsign": lambda a: f"({a}) / (1.0 + abs({a}))",
     # log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|)
     "Softplus": lambda a: f"relu({a}) + log(1.0 + exp(-abs({a})))",
+    # x tanh(softplus(x)), the softplus as above
+    "Mish": lambda a: f"({a}) * tanh(relu({a}) + log(1.0 + exp(-abs({a}))))",
 }
 
 
@@ -118,6 +123,22 @@ UNARY = {
 def unary(ctx: Context, node: onnx.NodeProto) -> None:
     fn = UNARY[node.op_type]
     elementwise(ctx, node, lambda x: fn(x[0]), inputs=[0])
+
+
+@translates("Swish")
+def swish(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    elementwise(ctx, node, lambda x: f"({x[0]}) * sigmoid({fmt(alpha)} * ({x[0]}))", inputs=[0])
+
+
+@translates("PRelu")
+def prelu(ctx: Context, node: onnx.NodeProto) -> None:
+    """x for x >= 0, slope * x below, as max(x, 0) + slope * min(x, 0): one of the two terms is exactly 0.
+    The slope broadcasts to x (unidirectionally: the output has x's shape)."""
+    x, slope = shape_of(ctx, node.input[0]), shape_of(ctx, node.input[1])
+    if broadcast_shape(ctx, node, [x, slope]) != x:
+        raise ctx.error(node, f"slope {slope} does not broadcast to the input {x}")
+    elementwise(ctx, node, lambda v: f"relu({v[0]}) + ({v[1]}) * min({v[0]}, 0.0)")
 
 
 @translates("Clip")
@@ -226,19 +247,25 @@ def identity(ctx: Context, node: onnx.NodeProto) -> None:
     ctx.view(node, src.name, node.output[0], src.shape)
 
 
-@translates("Cast")
+@translates("Cast", "CastLike")
 def cast(ctx: Context, node: onnx.NodeProto) -> None:
-    to = int(ctx.attr(node, "to"))
+    """A conversion between the float types a kernel holds (float32, float16, bfloat16); the same type is a
+    view. CastLike takes the type of its second input."""
     src = ctx.device_value(node, 0)
-    from roller.frontends.onnx.context import DEVICE_TYPES
-
-    if to not in DEVICE_TYPES:
-        raise ctx.error(node, f"a cast of a computed tensor to {onnx.TensorProto.DataType.Name(to)} is not "
-                              "supported (float types only)")
-    target = DEVICE_TYPES[to]
+    if node.op_type == "Cast":
+        to = int(ctx.attr(node, "to"))
+        target = DEVICE_TYPES.get(to)
+        what = onnx.TensorProto.DataType.Name(to)
+    else:
+        what = ctx.dtype_name(node.input[1])
+        target = what if what in DEVICE_TYPES.values() else None
+    if target is None:
+        raise ctx.error(node, f"a cast of a computed tensor to {what} is not supported (kernels hold "
+                              f"{', '.join(DEVICE_TYPES.values())})")
     if target == src.dtype:
         ctx.view(node, src.name, node.output[0], src.shape)
         return
     names = axes(len(src.shape))
     idx = ",".join(names)
-    ctx.kernel(node, f"Y[{idx}] = X[{idx}]", {"X": src.name}, node.output[0], src.shape, dtype=target)
+    ctx.kernel(node, f"Y[{idx}] = X[{idx}]", {"X": src.name}, node.output[0], src.shape, dtype=target,
+               kind="cast")

@@ -235,8 +235,16 @@ def global_pool(ctx: Context, node: onnx.NodeProto) -> None:
 
 # -- reductions ----------------------------------------------------------------------------------------------
 
-REDUCE = {"ReduceSum": "+=", "ReduceMean": "+=", "ReduceMax": "max=", "ReduceMin": "min=",
-          "ReduceSumSquare": "+=", "ReduceL1": "+="}
+#: per reduction: how each element enters (a format of the read ``{x}``), the reducing assignment, and what is
+#: applied to the reduced value (a format of ``{r}``)
+REDUCE = {"ReduceSum": ("{x}", "+=", "{r}"), "ReduceMean": ("{x}", "+=", "{r}"),
+          "ReduceMax": ("{x}", "max=", "{r}"), "ReduceMin": ("{x}", "min=", "{r}"),
+          "ReduceSumSquare": ("{x} * {x}", "+=", "{r}"), "ReduceL1": ("abs({x})", "+=", "{r}"),
+          "ReduceL2": ("{x} * {x}", "+=", "sqrt({r})"), "ReduceLogSum": ("{x}", "+=", "log({r})"),
+          "ReduceLogSumExp": ("exp({x} - M[{kept}])", "+=", "log({r}) + M[{kept}]")}
+#: float32's largest finite value: the row maximum of a log-sum-exp treats +inf as this, so that an infinite
+#: element gives +inf (exp(inf - max)) rather than NaN (inf - inf), as ONNX's reference does
+FLT_MAX = float(np.finfo(np.float32).max)
 
 
 @translates(*REDUCE)
@@ -248,16 +256,24 @@ def reduce(ctx: Context, node: onnx.NodeProto) -> None:
         red = [int(a) for a in ctx.const_input(node, 1, "axes").reshape(-1)]
     else:
         red = [int(a) for a in attr_axes] if attr_axes is not None else []
-    if not red:
-        if int(ctx.attr(node, "noop_with_empty_axes", 0)):
-            ctx.view(node, x.name, node.output[0], x.shape)
-            return
+    noop = not red and bool(int(ctx.attr(node, "noop_with_empty_axes", 0)))
+    if not red and not noop:
         red = list(range(rank))
-    red = sorted({a + rank if a < 0 else a for a in red})
-    if any(not 0 <= a < rank for a in red):
+    if any(not -rank <= a < rank for a in red):
         raise ctx.error(node, f"axes {red} out of range for rank {rank}")
-    keep = bool(ctx.attr(node, "keepdims", 1))
+    red = sorted({a + rank if a < 0 else a for a in red})
+    term, op, post = REDUCE[node.op_type]
     names = axes(rank)
+    full = ",".join(names)
+    if noop:
+        # No axes and noop_with_empty_axes: each element alone is "reduced" (ReduceSumSquare squares it...).
+        body = post.format(r=term.format(x=f"X[{full}]"))
+        if node.op_type in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceLogSumExp"):
+            ctx.view(node, x.name, node.output[0], x.shape)
+        else:
+            ctx.kernel(node, f"Y[{full}] = {body}", {"X": x.name}, node.output[0], x.shape, kind="reduce")
+        return
+    keep = bool(ctx.attr(node, "keepdims", 1))
     kept = [names[d] for d in range(rank) if d not in red]
     count = math.prod(x.shape[d] for d in red)
     out_shape = [x.shape[d] for d in range(rank) if d not in red]
@@ -266,13 +282,22 @@ def reduce(ctx: Context, node: onnx.NodeProto) -> None:
     if not kept:   # a reduction to one element: a unit axis to index the output with
         names, kept = ["u", *names], ["u"]
         x_name = ctx.view(node, x.name, ctx.fresh(x.name + ":u"), [1, *x.shape])
-    term = {"ReduceSumSquare": "X[{i}] * X[{i}]", "ReduceL1": "abs(X[{i}])"}.get(node.op_type, "X[{i}]")
-    body = term.format(i=",".join(names))
+        full = ",".join(names)
+    row = ",".join(kept)
+    tmp_shape = out_shape or [1]
+    ins = {"X": x_name}
+    if node.op_type == "ReduceLogSumExp":
+        ins["M"] = ctx.kernel(node, f"Y[{row}] max= min(X[{full}], {fmt(FLT_MAX)})", {"X": x_name},
+                              ctx.fresh(node.output[0] + ":max"), tmp_shape, kind="reduce")
+    body = term.format(x=f"X[{full}]", kept=row)
     if node.op_type == "ReduceMean":
         body = f"{body} * {fmt(1.0 / count)}"
-    tmp_shape = out_shape or [1]
-    y = node.output[0] if final == tmp_shape else ctx.fresh(node.output[0] + ":r")
-    ctx.kernel(node, f"Y[{','.join(kept)}] {REDUCE[node.op_type]} {body}", {"X": x_name}, y, tmp_shape,
-               kind="reduce")
+    y = node.output[0] if final == tmp_shape and post == "{r}" else ctx.fresh(node.output[0] + ":r")
+    ctx.kernel(node, f"Y[{row}] {op} {body}", ins, y, tmp_shape, kind="reduce")
+    if post != "{r}":
+        done = node.output[0] if final == tmp_shape else ctx.fresh(node.output[0] + ":p")
+        ins = {"R": y, **({"M": ins["M"]} if "M" in ins else {})}
+        y = ctx.kernel(node, f"Y[{row}] = {post.format(r=f'R[{row}]', kept=row)}", ins, done, tmp_shape,
+                       kind="reduce_post")
     if y != node.output[0]:
         ctx.view(node, y, node.output[0], final)

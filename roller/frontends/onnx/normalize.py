@@ -102,7 +102,12 @@ def _param(ctx: Context, node: onnx.NodeProto, i: int, norm_shape: list[int], n:
     """Scale or bias of a layer norm as a vector over the normalised elements (broadcast where smaller)."""
     c = ctx.const(node.input[i])
     if c is not None:
-        return ctx.add_const(np.broadcast_to(c, norm_shape).reshape(n), ctx.fresh(node.input[i] + ":flat"))
+        try:
+            flat = np.broadcast_to(c, norm_shape).reshape(n)
+        except ValueError:
+            raise ctx.error(node, f"input {i} of shape {list(c.shape)} does not broadcast to the normalised shape "
+                                  f"{norm_shape}") from None
+        return ctx.add_const(flat, ctx.fresh(node.input[i] + ":flat"))
     v = ctx.device_value(node, i)
     if list(v.shape) != norm_shape:
         raise ctx.error(node, f"a computed scale or bias must have the normalised shape {norm_shape}")
@@ -159,3 +164,160 @@ def lrn(ctx: Context, node: onnx.NodeProto) -> None:
                     ctx.fresh(node.output[0] + ":sq"), x.shape, extents={"j": size}, kind="lrn_window")
     ctx.kernel(node, f"Y[{full}] = X[{full}] * exp({fmt(-beta)} * log({fmt(bias)} + {fmt(alpha / size)} * S[{full}]))",
                {"X": x.name, "S": sq}, node.output[0], x.shape, kind="lrn")
+
+
+def _moments(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int], red: list[int],
+             center: bool = True) -> tuple[str, list[str], list[str], str, str | None]:
+    """Mean and (population) variance of ``src`` over the axes ``red``: (source, its axis names, the kept axis
+    names, mean, variance); a unit axis leads when nothing is kept. ``center=False``: the mean of the squares
+    instead of the mean, and no variance."""
+    names = axes(len(shape))
+    kept = [n for d, n in enumerate(names) if d not in red]
+    if not kept:
+        src = ctx.view(node, src, ctx.fresh(src + ":u"), [1, *shape])
+        names, kept = ["u", *names], ["u"]
+    full, row = ",".join(names), ",".join(kept)
+    inv = fmt(1.0 / math.prod(shape[d] for d in red))
+    row_shape = [s for d, s in enumerate(shape) if d not in red] or [1]
+    out = node.output[0]
+    if not center:
+        ms = ctx.kernel(node, f"Y[{row}] += X[{full}] * X[{full}] * {inv}", {"X": src}, ctx.fresh(out + ":ms"),
+                        row_shape, kind="reduce")
+        return src, names, kept, ms, None
+    mean = ctx.kernel(node, f"Y[{row}] += X[{full}] * {inv}", {"X": src}, ctx.fresh(out + ":mean"), row_shape,
+                      kind="reduce")
+    var = ctx.kernel(node, f"Y[{row}] += (X[{full}] - M[{row}]) * (X[{full}] - M[{row}]) * {inv}",
+                     {"X": src, "M": mean}, ctx.fresh(out + ":var"), row_shape, kind="reduce")
+    return src, names, kept, mean, var
+
+
+def _per_channel(ctx: Context, node: onnx.NodeProto, i: int, shape: list[int], what: str) -> str:
+    """Input ``i`` (a scale or bias) as a value of ``shape`` (a view of it, or of the constant reshaped)."""
+    c = ctx.const(node.input[i])
+    size = c.size if c is not None else ctx.value(node.input[i]).size
+    if size != math.prod(shape):
+        raise ctx.error(node, f"{what} must have {math.prod(shape)} elements, got {size}")
+    v = ctx.device_value(node, i)
+    return v.name if list(v.shape) == shape else ctx.view(node, v.name, ctx.fresh(v.name + ":v"), shape)
+
+
+@translates("InstanceNormalization")
+def instance_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    """Each (n, c) plane normalised over its spatial elements, then scale[c] and bias[c]."""
+    x = ctx.device_value(node, 0)
+    if len(x.shape) < 3:
+        raise ctx.error(node, f"expected an input [N, C, spatial...], got {list(x.shape)}")
+    n, c, p = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    src = ctx.view(node, x.name, ctx.fresh(x.name + ":ncp"), [n, c, p])
+    src, _, _, mean, var = _moments(ctx, node, src, [n, c, p], [2])
+    g, b = _per_channel(ctx, node, 1, [c], "scale"), _per_channel(ctx, node, 2, [c], "bias")
+    y = ctx.kernel(node, f"Y[i0,i1,i2] = (X[i0,i1,i2] - M[i0,i1]) * rsqrt(V[i0,i1] + {fmt(eps)}) * G[i1] + B[i1]",
+                   {"X": src, "M": mean, "V": var, "G": g, "B": b}, ctx.fresh(node.output[0] + ":ncp"), [n, c, p],
+                   kind="instancenorm")
+    ctx.view(node, y, node.output[0], x.shape)
+
+
+@translates("GroupNormalization")
+def group_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    """The channels in ``num_groups`` groups, each (n, group) normalised over its channels' elements, then a
+    scale and bias per channel (opset 21; per group before it)."""
+    x = ctx.device_value(node, 0)
+    if len(x.shape) < 2:
+        raise ctx.error(node, f"expected an input [N, C, ...], got {list(x.shape)}")
+    groups = int(ctx.attr(node, "num_groups", 0))
+    n, c, p = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    if groups <= 0 or c % groups:
+        raise ctx.error(node, f"num_groups={groups} does not divide the {c} channels")
+    if int(ctx.attr(node, "stash_type", 1)) != 1:
+        raise ctx.error(node, "stash_type other than 1 (float32 statistics) is not supported")
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    k = c // groups
+    flat = ctx.view(node, x.name, ctx.fresh(x.name + ":ng"), [n, groups, k * p])
+    _, _, _, mean, var = _moments(ctx, node, flat, [n, groups, k * p], [2])
+    src = ctx.view(node, x.name, ctx.fresh(x.name + ":ngkp"), [n, groups, k, p])
+    per_group = ctx.opset < 21
+    pshape, pidx = ([groups], "i1") if per_group else ([groups, k], "i1,i2")
+    g, b = _per_channel(ctx, node, 1, pshape, "scale"), _per_channel(ctx, node, 2, pshape, "bias")
+    y = ctx.kernel(node, f"Y[i0,i1,i2,i3] = (X[i0,i1,i2,i3] - M[i0,i1]) * rsqrt(V[i0,i1] + {fmt(eps)}) * "
+                         f"G[{pidx}] + B[{pidx}]", {"X": src, "M": mean, "V": var, "G": g, "B": b},
+                   ctx.fresh(node.output[0] + ":ngkp"), [n, groups, k, p], kind="groupnorm")
+    ctx.view(node, y, node.output[0], x.shape)
+
+
+def _axes_attr(ctx: Context, node: onnx.NodeProto, rank: int, default: list[int]) -> list[int]:
+    given = ctx.ints(node, "axes", default)
+    if any(not -rank <= a < rank for a in given):
+        raise ctx.error(node, f"axes {given} out of range for rank {rank}")
+    return sorted({a + rank if a < 0 else a for a in given})
+
+
+@translates("MeanVarianceNormalization")
+def mean_variance_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    """(x - mean) / (std + 1e-9) over ``axes``, as ONNX defines it."""
+    x = ctx.device_value(node, 0)
+    red = _axes_attr(ctx, node, len(x.shape), [0, 2, 3])
+    src, names, kept, mean, var = _moments(ctx, node, x.name, list(x.shape), red)
+    full, row = ",".join(names), ",".join(kept)
+    y = ctx.kernel(node, f"Y[{full}] = (X[{full}] - M[{row}]) / (sqrt(V[{row}]) + {fmt(1e-9)})",
+                   {"X": src, "M": mean, "V": var}, ctx.fresh(node.output[0] + ":mvn") if src != x.name else
+                   node.output[0], [1, *x.shape] if src != x.name else x.shape, kind="mvn")
+    if y != node.output[0]:
+        ctx.view(node, y, node.output[0], x.shape)
+
+
+@translates("RMSNormalization")
+def rms_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    """x / sqrt(mean(x^2) + epsilon) * scale over the axes from ``axis`` on; the scale broadcasts to them."""
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    axis = int(ctx.attr(node, "axis", -1))
+    if not -rank <= axis < rank:
+        raise ctx.error(node, f"axis {axis} out of range for rank {rank}")
+    if int(ctx.attr(node, "stash_type", 1)) != 1:
+        raise ctx.error(node, "stash_type other than 1 (float32 statistics) is not supported")
+    a = axis + rank if axis < 0 else axis
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    rows, n = math.prod(x.shape[:a]), math.prod(x.shape[a:])
+    src = ctx.view(node, x.name, ctx.fresh(x.name + ":2d"), [rows, n])
+    _, _, _, ms, _ = _moments(ctx, node, src, [rows, n], [1], center=False)
+    g = _param(ctx, node, 1, list(x.shape[a:]), n)
+    y = ctx.kernel(node, f"Y[r,c] = X[r,c] * rsqrt(S[r] + {fmt(eps)}) * G[c]", {"X": src, "S": ms, "G": g},
+                   ctx.fresh(node.output[0] + ":2d"), [rows, n], kind="rmsnorm")
+    ctx.view(node, y, node.output[0], x.shape)
+
+
+#: float32's smallest normal number: the divisor of a zero-norm row of LpNormalization, which makes it 0 (as
+#: ONNX defines) without changing any other row's divisor unless its norm is subnormal
+FLT_MIN = float(np.finfo(np.float32).tiny)
+
+
+@translates("LpNormalization")
+def lp_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    p = int(ctx.attr(node, "p", 2))
+    if p not in (1, 2):
+        raise ctx.error(node, f"p={p} is not supported (1, 2)")
+    axis = int(ctx.attr(node, "axis", -1))
+    if not -rank <= axis < rank:
+        raise ctx.error(node, f"axis {axis} out of range for rank {rank}")
+    red = [axis + rank if axis < 0 else axis]
+    names = axes(rank)
+    kept = [nm for d, nm in enumerate(names) if d not in red]
+    src = x.name
+    if not kept:
+        src = ctx.view(node, x.name, ctx.fresh(x.name + ":u"), [1, *x.shape])
+        names, kept = ["u", *names], ["u"]
+    full, row = ",".join(names), ",".join(kept)
+    shape = [1] * (len(names) - rank) + list(x.shape)
+    row_shape = [s for nm, s in zip(names, shape) if nm in kept]
+    term = f"abs(X[{full}])" if p == 1 else f"X[{full}] * X[{full}]"
+    norm = ctx.kernel(node, f"Y[{row}] += {term}", {"X": src}, ctx.fresh(node.output[0] + ":norm"), row_shape,
+                      kind="reduce")
+    div = f"N[{row}]" if p == 1 else f"sqrt(N[{row}])"
+    out = node.output[0] if src == x.name else ctx.fresh(node.output[0] + ":u")
+    ctx.kernel(node, f"Y[{full}] = X[{full}] / max({div}, {fmt(FLT_MIN)})", {"X": src, "N": norm}, out, shape,
+               kind="lpnorm")
+    if out != node.output[0]:
+        ctx.view(node, out, node.output[0], x.shape)
