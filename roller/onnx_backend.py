@@ -12,9 +12,10 @@ runs on this machine's OpenCL device (PoCL here) with any description's kernels;
 Roller compiles for static shapes, and its kernels read float tensors only. A model that leaves input sizes
 open, or takes integer or boolean inputs (the axes, shapes, pads or indices that ONNX lets a caller pass at run
 time), is therefore compiled at its first ``run``: with the sizes of the arrays given, and with the values of
-its integer and boolean inputs folded into the model as constants (``specialize=False`` turns that off:
-``prepare`` then refuses such a model). A later run with other sizes or other integer values compiles again
-(each specialisation is kept), so the results are always those of the values given.
+its integer and boolean inputs folded into the model as constants, as well as those of the float inputs that a
+translation needs as constants (Resize's scales, Pad's value; ``specialize=False`` turns all this off:
+``prepare`` then refuses such a model). A later run with other sizes or other values of those inputs compiles
+again (each specialisation is kept), so the results are always those of the values given.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from roller.errors import InputError
+from roller.frontends.onnx.context import NeedsConstant
 
 #: the description used when ``prepare`` is not told one, per ONNX device kind
 DEFAULT_HW = {"CPU": "pocl-cpu", "CUDA": "h100"}
@@ -95,7 +97,8 @@ class RollerRep(BackendRep):
 
     @property
     def specialised_inputs(self) -> list[str]:
-        """The integer and boolean inputs whose values are folded into the model at each run."""
+        """The inputs whose values are folded into the model at each run: the integer and boolean ones, and those
+        a translation needs as constants (known after the first run)."""
         return list(self._specialised)
 
     def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
@@ -112,11 +115,16 @@ class RollerRep(BackendRep):
             raise InputError(f"missing input {', '.join(missing)}; the model takes {', '.join(names)}")
         return feeds
 
-    def _specialise(self, feeds: Mapping[str, np.ndarray]) -> Any:
-        """The compiled model for these inputs' sizes and integer values (compiled once per distinct pair)."""
+    def _key(self, feeds: Mapping[str, np.ndarray]) -> bytes:
         key = repr([(n, feeds[n].shape, str(feeds[n].dtype)) for n in self.input_names]).encode()
-        key += b"".join(np.ascontiguousarray(feeds[n]).tobytes() for n in self._specialised)
-        if key not in self._compiled:
+        return key + b"".join(np.ascontiguousarray(feeds[n]).tobytes() for n in self._specialised)
+
+    def _specialise(self, feeds: Mapping[str, np.ndarray]) -> Any:
+        """The compiled model for these inputs' sizes and specialised values (compiled once per distinct key).
+        An input a translation needs as a constant (NeedsConstant: Resize's scales, Pad's value...) joins the
+        specialised inputs, for this run and the later ones."""
+        key = self._key(feeds)
+        while key not in self._compiled:
             proto = onnx.ModelProto()
             proto.CopyFrom(self._proto)
             kept = [i for i in proto.graph.input if i.name not in self._specialised]
@@ -125,7 +133,15 @@ class RollerRep(BackendRep):
             for n in self._specialised:
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(feeds[n]), n))
             shapes = {n: list(feeds[n].shape) for n in self.input_names if n not in self._specialised}
-            self._compiled[key] = compile_checked(proto, shapes, **self._options)
+            try:
+                model = compile_checked(proto, shapes, **self._options)
+            except NeedsConstant as err:
+                if err.name not in self.input_names or err.name in self._specialised:
+                    raise
+                self._specialised.append(err.name)
+                key = self._key(feeds)
+                continue
+            self._compiled[key] = model
         return self._compiled[key]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
@@ -170,11 +186,14 @@ class RollerBackend(Backend):
         deferred = [i.name for i in inputs if i.type.HasField("tensor_type") and
                     (i.type.tensor_type.elem_type in SPECIALISED_TYPES or
                      (not _is_static(i) and i.name not in given))]
-        if deferred and specialize:
-            options.pop("shapes", None)
-            return RollerRep(model, options=options)
         shapes = options.pop("shapes", None)
-        return RollerRep(model, compile_checked(model, shapes, **options))
+        if not (deferred and specialize):
+            try:
+                return RollerRep(model, compile_checked(model, shapes, **options))
+            except NeedsConstant as err:
+                if not specialize or err.name not in {i.name for i in inputs}:
+                    raise
+        return RollerRep(model, options=options)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:

@@ -26,6 +26,16 @@ DEVICE_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "fl
 # after 21 changed none of the translated ops' meaning, only the types they take).
 OPSETS = (11, onnx.defs.onnx_opset_version())
 
+class NeedsConstant(InputError):
+    """A translation needs the value of ``name`` at import (a shape, axes, pads, a scale...), and the model
+    computes it or takes it as an input. The ONNX backend, which sees the inputs' values only at run time,
+    folds such an input in and compiles again (``roller.onnx_backend``)."""
+
+    def __init__(self, message: str, name: str, *, source: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, source=source, field=field)
+        self.name = name
+
+
 Translator = Callable[["Context", onnx.NodeProto], None]
 TRANSLATORS: dict[str, Translator] = {}
 
@@ -83,8 +93,10 @@ class Context:
             raise self.error(node, f"input {i} ({what}) is missing")
         c = self.const(node.input[i])
         if c is None:
-            raise self.error(node, f"input {i} ({what}) must be a constant known at import; here it is computed "
-                                   "by the model (dynamic shapes are not supported yet)")
+            raise NeedsConstant(f"input {i} ({what}) must be a constant known at import; here it is "
+                                f"{'an input' if node.input[i] in self.graph.inputs else 'computed by the model'}"
+                                " (dynamic shapes are not supported yet)", node.input[i], source=self.source,
+                                field=self.where(node))
         return c
 
     def attr(self, node: onnx.NodeProto, name: str, default: Any = None) -> Any:

@@ -207,20 +207,26 @@ def gelu(ctx: Context, node: onnx.NodeProto) -> None:
     elementwise(ctx, node, body, inputs=[0])
 
 
+#: the largest integer exponent written as a product (beyond it a negative base would need a pow function)
+MAX_PRODUCT_EXPONENT = 16
+
+
 @translates("Pow")
 def power(ctx: Context, node: onnx.NodeProto) -> None:
-    """x^e for a constant e: products for small integers, square roots for halves, exp(e log x) otherwise
-    (NaN for a negative base, as pow gives for a non-integer exponent)."""
-    e = ctx.const(node.input[1])
-    if e is None or e.size != 1:
-        raise ctx.error(node, "the exponent must be a constant scalar")
+    """x^e for a constant scalar e: products for integers (exact signs for negative bases), square roots for
+    halves, exp(e log x) for the other non-integers (NaN for a negative base, as pow gives)."""
+    e = ctx.const_input(node, 1, "exponent")
+    if e.size != 1:
+        raise ctx.error(node, f"an exponent of {e.size} elements is not supported (a constant scalar is)")
     p = float(e.reshape(-1)[0])
+    if p.is_integer() and abs(p) > MAX_PRODUCT_EXPONENT:
+        raise ctx.error(node, f"the integer exponent {p:g} is not supported (|e| <= {MAX_PRODUCT_EXPONENT})")
 
     def body(x: list[Operand]) -> str:
         a = x[0]
         if p == 0:
-            return f"({a}) * 0.0 + 1.0"
-        if p.is_integer() and 1 <= abs(p) <= 4:
+            return f"max(1.0, min(1.0, {a}))"   # exactly 1, for inf and NaN too
+        if p.is_integer():
             prod = " * ".join([f"({a})"] * int(abs(p)))
             return prod if p > 0 else f"1.0 / ({prod})"
         if p == 0.5:
@@ -236,9 +242,7 @@ def identity(ctx: Context, node: onnx.NodeProto) -> None:
     if len(node.output) > 1 and node.output[1]:
         raise ctx.error(node, "the mask output of Dropout is not supported (a bool tensor; inference needs none)")
     if node.op_type == "Dropout" and ctx.has(node, 2):
-        training = ctx.const(node.input[2])
-        if training is None:
-            raise ctx.error(node, "training_mode must be a constant known at import")
+        training = ctx.const_input(node, 2, "training_mode")
         ratio = float(ctx.const_input(node, 1, "ratio").reshape(-1)[0]) if ctx.has(node, 1) else 0.5
         if bool(training.reshape(-1)[0]) and ratio != 0.0:
             raise ctx.error(node, f"training_mode=true with ratio {ratio} draws a random mask, which is not "
@@ -247,10 +251,20 @@ def identity(ctx: Context, node: onnx.NodeProto) -> None:
     ctx.view(node, src.name, node.output[0], src.shape)
 
 
+#: the numpy type of each device element type (bfloat16 is ml_dtypes', which onnx uses)
+DEVICE_NUMPY = {name: onnx.helper.tensor_dtype_to_np_dtype(t) for t, name in DEVICE_TYPES.items()}
+
+
 @translates("Cast", "CastLike")
 def cast(ctx: Context, node: onnx.NodeProto) -> None:
     """A conversion between the float types a kernel holds (float32, float16, bfloat16); the same type is a
     view. CastLike takes the type of its second input."""
+    if node.op_type == "CastLike" and ctx.const(node.input[0]) is not None:
+        # Only the type of the second input matters: a constant first input stays a constant (an exponent...).
+        to = DEVICE_NUMPY.get(ctx.dtype_name(node.input[1]))
+        if to is not None:
+            ctx.fold(node.output[0], ctx.const(node.input[0]).astype(to))  # type: ignore[union-attr]
+            return
     src = ctx.device_value(node, 0)
     if node.op_type == "Cast":
         to = int(ctx.attr(node, "to"))
