@@ -70,6 +70,8 @@ def layer_norm(ctx: Context, node: onnx.NodeProto) -> None:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < rank:
         raise ctx.error(node, f"axis {axis} out of range for rank {rank}")
+    if int(ctx.attr(node, "stash_type", 1)) != 1:
+        raise ctx.error(node, "stash_type other than 1 (float32 statistics) is not supported")
     eps = float(ctx.attr(node, "epsilon", 1e-5))
     rows, n = math.prod(x.shape[:a]), math.prod(x.shape[a:])
     src = ctx.view(node, x.name, ctx.fresh(x.name + ":2d"), [rows, n])
