@@ -179,7 +179,11 @@ class RollerBackend(Backend):
         hw = kwargs.pop("hw", DEFAULT_HW[kind])
         backend = kwargs.pop("backend", "opencl" if kind == "CPU" else "cuda")
         specialize = bool(kwargs.pop("specialize", True))
-        super().prepare(model, device, **kwargs)
+        try:
+            super().prepare(model, device, **kwargs)   # onnx.checker
+        except onnx.checker.ValidationError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
+            raise InputError(f"invalid ONNX model: {first}", source=model.graph.name or "<model>") from None
         options = {"hw": hw, "backend": backend, **kwargs}
         inputs = _graph_inputs(model)
         given = set(kwargs.get("shapes") or {})
