@@ -170,3 +170,24 @@ def test_node(name: str) -> None:
         f"{name} {'folds' if folded(name, rep) else 'does not fold'} at import: list it as FOLDED or not"
     for got, expected in results:
         Runner.assert_similar_outputs(expected, got, rtol=case.rtol, atol=case.atol)
+
+
+def report() -> str:
+    """The exclusions as docs/onnx.md lists them (``python tests/test_onnx_conformance.py``): counts, then the
+    excluded cases grouped by reason."""
+    excluded: dict[str, list[str]] = {}
+    for name in SELECTED:
+        reason = exclusion(name)
+        if reason is not None:
+            excluded.setdefault(reason, []).append(name)
+    run = len(SELECTED) - sum(len(v) for v in excluded.values())
+    lines = [f"{len(CASES)} node test cases in onnx {onnx.__version__}; {len(SELECTED)} selected (every node of "
+             f"a supported op type); {run} run and compared; {len(SELECTED) - run} excluded; "
+             f"{sum(slow(n) for n in SELECTED if exclusion(n) is None)} of those run are in the slow tier.", ""]
+    for reason, names in sorted(excluded.items(), key=lambda kv: -len(kv[1])):
+        lines += [f"**{len(names)}: {reason}.**", "", ", ".join(f"`{n}`" for n in names), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report())

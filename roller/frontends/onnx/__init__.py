@@ -2,12 +2,12 @@
 
 Translations live by kind of op: ``elementwise`` (arithmetic with broadcasting, activations), ``nn``
 (convolutions, matrix products, pooling, reductions), ``normalize`` (softmax and the normalisations),
-``tensor`` (views, copies, transposes, padding, resizing) and ``attention``; ``rewrite`` folds batch norms into
+``tensor`` (views, copies, transposes, padding, resizing), ``attention`` and ``losses``; ``rewrite`` folds batch norms into
 convolutions first.
 """
 from __future__ import annotations
 
-from roller.frontends.onnx import attention, elementwise, nn, normalize, tensor  # noqa: F401 - they register translations
+from roller.frontends.onnx import attention, elementwise, losses, nn, normalize, tensor  # noqa: F401 - they register
 from roller.frontends.onnx.context import TRANSLATORS
 from roller.frontends.onnx.importer import ModelLike, import_model, load_model
 
