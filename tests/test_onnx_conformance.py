@@ -181,9 +181,10 @@ def report() -> str:
         if reason is not None:
             excluded.setdefault(reason, []).append(name)
     run = len(SELECTED) - sum(len(v) for v in excluded.values())
-    lines = [f"{len(CASES)} node test cases in onnx {onnx.__version__}; {len(SELECTED)} selected (every node of "
-             f"a supported op type); {run} run and compared; {len(SELECTED) - run} excluded; "
-             f"{sum(slow(n) for n in SELECTED if exclusion(n) is None)} of those run are in the slow tier.", ""]
+    head = (f"{len(CASES)} node test cases in onnx {onnx.__version__}; {len(SELECTED)} selected (every node of a "
+            f"supported op type); {run} run and compared; {len(SELECTED) - run} excluded; "
+            f"{sum(slow(n) for n in SELECTED if exclusion(n) is None)} of those run are in the slow tier.")
+    lines = [head, ""]
     for reason, names in sorted(excluded.items(), key=lambda kv: -len(kv[1])):
         lines += [f"**{len(names)}: {reason}.**", "", ", ".join(f"`{n}`" for n in names), ""]
     return "\n".join(lines)

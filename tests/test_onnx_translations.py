@@ -209,3 +209,54 @@ def test_unsupported_forms_are_refused_by_name(op: str, inputs: dict, inits: dic
     with pytest.raises(InputError, match=message) as err:
         import_model(model)
     assert f"node 'the_{op.lower()}' ({op})" in str(err.value)
+
+
+# -- older opsets: the attribute forms the node tests (at each op's newest version) leave out -------------------
+
+I64 = TensorProto.INT64
+OLD_FORMS = [  # (op, opset, inputs, initializers, attributes, out_rank)
+    ("Softmax", 11, {"x": (F, [2, 3, 4])}, {}, {"axis": 1}, None),          # flattens [1:] into one row
+    ("LogSoftmax", 12, {"x": (F, [2, 3, 4])}, {}, {}, None),                # default axis 1, flattened
+    ("Softmax", 13, {"x": (F, [2, 3, 4])}, {}, {"axis": 1}, None),          # one axis
+    ("Split", 11, {"x": (F, [2, 6])}, {}, {"axis": 1, "split": [2, 4]}, None),
+    ("Squeeze", 11, {"x": (F, [2, 1, 3, 1])}, {}, {"axes": [-1, 1]}, None),
+    ("Unsqueeze", 11, {"x": (F, [2, 3])}, {}, {"axes": [0, -1]}, None),
+    ("ReduceSum", 11, {"x": (F, [2, 3, 4])}, {}, {"axes": [0, -1], "keepdims": 0}, None),
+    ("ReduceMean", 17, {"x": (F, [2, 3, 4])}, {}, {"axes": [1]}, None),
+    ("Clip", 11, {"x": (F, [2, 5])}, {"lo": np.array(-0.3, np.float32)}, {}, None),
+    ("Pad", 11, {"x": (F, [2, 3])}, {"pads": np.array([0, 1, 2, 0], np.int64)}, {}, None),
+    ("Dropout", 11, {"x": (F, [2, 3])}, {}, {"ratio": 0.3}, None),
+    ("Resize", 11, {"x": (F, [1, 1, 3, 3])}, {"roi": np.array([], np.float32),
+                                               "scales": np.array([1, 1, 2, 3], np.float32)},
+     {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn"}, None),
+    ("Resize", 13, {"x": (F, [1, 1, 3, 4])}, {"roi": np.array([], np.float32),
+                                               "scales": np.array([1, 1, 0.6, 0.5], np.float32)},
+     {"mode": "nearest", "nearest_mode": "ceil"}, None),
+    ("Gemm", 11, {"a": (F, [4, 3]), "b": (F, [5, 4])}, {"c": np.arange(5, dtype=np.float32)},
+     {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}, None),
+    ("AveragePool", 11, {"x": (F, [1, 2, 6, 7])}, {}, {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1,
+                                                        "pads": [1, 0, 1, 1], "count_include_pad": 1}, None),
+    ("MaxPool", 12, {"x": (F, [1, 2, 7, 7])}, {}, {"kernel_shape": [2, 3], "dilations": [2, 1], "ceil_mode": 1,
+                                                    "strides": [2, 2]}, None),
+    ("Conv", 11, {"x": (F, [1, 4, 7, 6])}, {"w": np.ones((4, 2, 3, 3), np.float32)},
+     {"group": 2, "auto_pad": "SAME_LOWER", "strides": [2, 2]}, None),
+    ("Conv", 11, {"x": (F, [1, 4, 7, 6])}, {"w": np.ones((4, 4, 3, 2), np.float32)},
+     {"pads": [2, 0, 1, 3], "strides": [2, 3], "dilations": [2, 2]}, None),
+    ("LRN", 13, {"x": (F, [1, 6, 3, 3])}, {}, {"size": 5, "alpha": 0.01, "beta": 0.6, "bias": 2.0}, None),
+    ("Flatten", 13, {"x": (F, [2, 3, 4])}, {}, {"axis": -1}, None),
+    ("Gather", 13, {"x": (F, [4, 3])}, {"i": np.array([[3, -1], [0, 2]], np.int64)}, {"axis": 0}, None),
+    ("Expand", 13, {"x": (F, [3, 1])}, {"s": np.array([2, 1, 4], np.int64)}, {}, None),
+    ("Slice", 13, {"x": (F, [6, 5])}, {"s": np.array([-1, 4], np.int64), "e": np.array([-7, -9], np.int64),
+                                       "a": np.array([0, 1], np.int64), "t": np.array([-2, -3], np.int64)}, {}, None),
+]
+
+
+@needs_device
+@pytest.mark.parametrize(("op", "opset", "inputs", "inits", "attrs", "out_rank"), OLD_FORMS,
+                         ids=[f"{f[0]}-{f[1]}-{i}" for i, f in enumerate(OLD_FORMS)])
+def test_opset_forms_against_onnxruntime(op: str, opset: int, inputs: dict, inits: dict, attrs: dict,
+                                         out_rank: int | None) -> None:
+    outputs = ["y", "z"] if op == "Split" else ["y"]
+    model = node_model(op, inputs, outputs, opset=opset, inits=inits, out_rank=out_rank, **attrs)
+    feeds = {n: rand(*s, seed=k) for k, (n, (_, s)) in enumerate(inputs.items())}
+    check(model, feeds)

@@ -418,7 +418,12 @@ def resize(ctx: Context, node: onnx.NodeProto) -> None:
     rank = len(x.shape)
     params = {i: ctx.const_input(node, i, what) for i, what in ((1, "roi"), (2, "scales"), (3, "sizes"))
               if ctx.has(node, i)}
-    maps = _nearest_maps(ctx, node, list(x.shape), params)
+    transform = ctx.attr(node, "coordinate_transformation_mode", b"half_pixel")
+    transform = transform.decode() if isinstance(transform, bytes) else str(transform)
+    if transform == "tf_half_pixel_for_nn":   # opsets 11-12 only; onnx.reference no longer knows it
+        maps = _tf_half_pixel_maps(ctx, node, list(x.shape), params)
+    else:
+        maps = _nearest_maps(ctx, node, list(x.shape), params)
     cur, cur_shape = x.name, list(x.shape)
     changed = [d for d in range(rank) if list(maps[d]) != list(range(x.shape[d]))]
     if not changed:
@@ -434,6 +439,35 @@ def resize(ctx: Context, node: onnx.NodeProto) -> None:
             pieces.append(Piece(cur, tuple(src), tuple(dst), tuple(box)))
         out = node.output[0] if d == changed[-1] else ctx.fresh(f"{node.output[0]}:axis{d}")
         cur, cur_shape = ctx.copy(node, pieces, out, shape), shape
+
+
+#: ONNX's nearest_mode roundings of a source coordinate
+ROUNDING = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+            "floor": np.floor, "ceil": np.ceil}
+
+
+def _tf_half_pixel_maps(ctx: Context, node: onnx.NodeProto, shape: list[int],
+                        params: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """The rows of coordinate_transformation_mode tf_half_pixel_for_nn: source (o + 0.5) / scale, rounded by
+    nearest_mode and clamped to the input."""
+    mode = ctx.attr(node, "nearest_mode", b"round_prefer_floor")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in ROUNDING:
+        raise ctx.error(node, f"nearest_mode={mode!r} is not supported ({', '.join(ROUNDING)})")
+    sizes = params.get(3)
+    scales = params.get(2)
+    if sizes is not None and sizes.size:
+        out = [int(v) for v in sizes.reshape(-1)]
+        scale = [o / n for o, n in zip(out, shape)]
+    elif scales is not None and scales.size:
+        scale = [float(v) for v in scales.reshape(-1)]
+        out = [math.floor(n * s) for n, s in zip(shape, scale)]
+    else:
+        raise ctx.error(node, "Resize needs scales or sizes")
+    if len(out) != len(shape) or any(o <= 0 for o in out):
+        raise ctx.error(node, f"the output sizes {out} do not fit the input {shape}")
+    return [np.clip(ROUNDING[mode]((np.arange(o) + 0.5) / s), 0, n - 1).astype(np.int64)
+            for o, s, n in zip(out, scale, shape)]
 
 
 def _runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
