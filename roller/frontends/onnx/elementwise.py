@@ -131,6 +131,16 @@ def swish(ctx: Context, node: onnx.NodeProto) -> None:
     elementwise(ctx, node, lambda x: f"({x[0]}) * sigmoid({fmt(alpha)} * ({x[0]}))", inputs=[0])
 
 
+@translates("SwiGLU")
+def swiglu(ctx: Context, node: onnx.NodeProto) -> None:
+    """Swish_alpha(A) * B, A and B of one shape (no broadcasting, as ONNX says)."""
+    a, b = shape_of(ctx, node.input[0]), shape_of(ctx, node.input[1])
+    if a != b:
+        raise ctx.error(node, f"A {a} and B {b} must have the same shape")
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    elementwise(ctx, node, lambda x: f"({x[0]}) * sigmoid({fmt(alpha)} * ({x[0]})) * ({x[1]})")
+
+
 @translates("PRelu")
 def prelu(ctx: Context, node: onnx.NodeProto) -> None:
     """x for x >= 0, slope * x below, as max(x, 0) + slope * min(x, 0): one of the two terms is exactly 0.
