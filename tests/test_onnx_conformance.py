@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,8 @@ from roller.errors import RollerError
 from roller.frontends.onnx import supported_ops
 
 CL = get("opencl")
-pytestmark = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
+needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
+DOC = Path(__file__).resolve().parents[1] / "docs" / "onnx.md"
 
 # -- why a selected case is excluded: one reason per missing piece ---------------------------------------------
 
@@ -154,6 +156,7 @@ def folded(name: str, rep: Any) -> bool:
     return bool(CASES[name].model.graph.input) and not rep.model.graph.inputs
 
 
+@needs_device
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if slow(n) else n for n in SELECTED])
 def test_node(name: str) -> None:
     reason = exclusion(name)
@@ -188,6 +191,16 @@ def report() -> str:
     for reason, names in sorted(excluded.items(), key=lambda kv: -len(kv[1])):
         lines += [f"**{len(names)}: {reason}.**", "", ", ".join(f"`{n}`" for n in names), ""]
     return "\n".join(lines)
+
+
+def test_docs_show_this_list_and_every_supported_op_type() -> None:
+    text = DOC.read_text()
+    assert report().rstrip() in text, "docs/onnx.md is stale: paste `python tests/test_onnx_conformance.py` in"
+    table = text.split("## Supported op types", 1)[1].split("\n## ", 1)[0]
+    listed = {w for row in table.splitlines() if row.startswith("| ") for w in re.findall(r"[A-Z][A-Za-z0-9]+",
+                                                                                         row.split("|")[1])}
+    assert SUPPORTED <= listed, f"docs/onnx.md does not list {sorted(SUPPORTED - listed)}"
+    assert f"{len(SUPPORTED)} op types of the default domain" in text
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""ONNX import (opsets 11-21) on the ``onnx`` package: ``import_model(path | ModelProto | bytes, shapes=None)``.
+"""ONNX import (opsets 11 to the onnx package's newest) on the ``onnx`` package: ``import_model(model, shapes=None)``.
 
 Translations live by kind of op: ``elementwise`` (arithmetic with broadcasting, activations), ``nn``
 (convolutions, matrix products, pooling, reductions), ``normalize`` (softmax and the normalisations),
