@@ -20,7 +20,7 @@ from roller.graph.ir import CopyNode, Graph, OpNode, Piece, Value, ViewNode
 from roller.ir.build import Where, build_expr
 
 #: ONNX element types a value on the device may have, and Roller's name for them
-DEVICE_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+DEVICE_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
                 onnx.TensorProto.BFLOAT16: "bfloat16"}
 # The default-domain opsets the importer reads: from 11 to the installed onnx package's newest (the releases
 # after 21 changed none of the translated ops' meaning, only the types they take).

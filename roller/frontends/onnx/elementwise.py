@@ -269,11 +269,12 @@ DEVICE_NUMPY = {name: onnx.helper.tensor_dtype_to_np_dtype(t) for t, name in DEV
 def cast(ctx: Context, node: onnx.NodeProto) -> None:
     """A conversion between the float types a kernel holds (float32, float16, bfloat16); the same type is a
     view. CastLike takes the type of its second input."""
-    if node.op_type == "CastLike" and ctx.const(node.input[0]) is not None:
+    first = ctx.const(node.input[0])
+    if node.op_type == "CastLike" and first is not None:
         # Only the type of the second input matters: a constant first input stays a constant (an exponent...).
-        to = DEVICE_NUMPY.get(ctx.dtype_name(node.input[1]))
-        if to is not None:
-            ctx.fold(node.output[0], ctx.const(node.input[0]).astype(to))  # type: ignore[union-attr]
+        like = DEVICE_NUMPY.get(ctx.dtype_name(node.input[1]))
+        if like is not None:
+            ctx.fold(node.output[0], first.astype(like))
             return
     src = ctx.device_value(node, 0)
     if node.op_type == "Cast":

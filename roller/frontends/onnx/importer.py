@@ -164,7 +164,11 @@ def _input(ctx: Context, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence
 
 def _fold(ctx: Context, proto: onnx.ModelProto, node: onnx.NodeProto) -> None:
     """Evaluate a node whose inputs are all constants, with ONNX's reference implementation."""
-    feeds = {i: ctx.const(i) for i in node.input if i}
+    feeds: dict[str, np.ndarray] = {}
+    for i in node.input:
+        c = ctx.const(i) if i else None
+        if c is not None:
+            feeds[i] = c
     inputs = [onnx.helper.make_tensor_value_info(i, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
               for i, a in feeds.items()]
     outputs = [onnx.helper.make_empty_tensor_value_info(o) for o in node.output if o]

@@ -142,11 +142,11 @@ def batch_norm(ctx: Context, node: onnx.NodeProto) -> None:
         ctx.kernel(node, f"Y[{full}] = (X[{full}] - M[{names[1]}]) * rsqrt(V[{names[1]}] + {fmt(eps)}) * "
                          f"S[{names[1]}] + B[{names[1]}]", ins, node.output[0], x.shape, kind="batchnorm")
         return
-    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
-    s = scale / np.sqrt(var + eps)
-    t = bias - mean * s
-    sv = ctx.add_const(s.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":scale"))
-    tv = ctx.add_const(t.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":shift"))
+    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
+    mul = scale / np.sqrt(var + eps)
+    shift = bias - mean * mul
+    sv = ctx.add_const(mul.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":scale"))
+    tv = ctx.add_const(shift.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":shift"))
     ctx.kernel(node, f"Y[{full}] = X[{full}] * S[{names[1]}] + T[{names[1]}]", {"X": x.name, "S": sv, "T": tv},
                node.output[0], x.shape, kind="batchnorm")
 
@@ -168,29 +168,40 @@ def lrn(ctx: Context, node: onnx.NodeProto) -> None:
                {"X": x.name, "S": sq}, node.output[0], x.shape, kind="lrn")
 
 
-def _moments(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int], red: list[int],
-             center: bool = True) -> tuple[str, list[str], list[str], str, str | None]:
-    """Mean and (population) variance of ``src`` over the axes ``red``: (source, its axis names, the kept axis
-    names, mean, variance); a unit axis leads when nothing is kept. ``center=False``: the mean of the squares
-    instead of the mean, and no variance."""
+def _reduced_rows(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int],
+                  red: list[int]) -> tuple[str, list[str], list[str], list[int]]:
+    """(source, its axis names, the kept axis names, the kept shape) of a reduction over ``red``; a unit axis
+    leads when nothing is kept."""
     names = axes(len(shape))
     kept = [n for d, n in enumerate(names) if d not in red]
     if not kept:
         src = ctx.view(node, src, ctx.fresh(src + ":u"), [1, *shape])
         names, kept = ["u", *names], ["u"]
+    return src, names, kept, [s for d, s in enumerate(shape) if d not in red] or [1]
+
+
+def _moments(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int],
+             red: list[int]) -> tuple[str, list[str], list[str], str, str]:
+    """Mean and (population) variance of ``src`` over the axes ``red``: (source, its axis names, the kept axis
+    names, mean, variance)."""
+    src, names, kept, row_shape = _reduced_rows(ctx, node, src, shape, red)
     full, row = ",".join(names), ",".join(kept)
     inv = fmt(1.0 / math.prod(shape[d] for d in red))
-    row_shape = [s for d, s in enumerate(shape) if d not in red] or [1]
     out = node.output[0]
-    if not center:
-        ms = ctx.kernel(node, f"Y[{row}] += X[{full}] * X[{full}] * {inv}", {"X": src}, ctx.fresh(out + ":ms"),
-                        row_shape, kind="reduce")
-        return src, names, kept, ms, None
     mean = ctx.kernel(node, f"Y[{row}] += X[{full}] * {inv}", {"X": src}, ctx.fresh(out + ":mean"), row_shape,
                       kind="reduce")
     var = ctx.kernel(node, f"Y[{row}] += (X[{full}] - M[{row}]) * (X[{full}] - M[{row}]) * {inv}",
                      {"X": src, "M": mean}, ctx.fresh(out + ":var"), row_shape, kind="reduce")
     return src, names, kept, mean, var
+
+
+def _mean_square(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int], red: list[int]) -> str:
+    """The mean of the squares of ``src`` over the axes ``red`` (the kept axes' shape, [1] if none)."""
+    src, names, kept, row_shape = _reduced_rows(ctx, node, src, shape, red)
+    inv = fmt(1.0 / math.prod(shape[d] for d in red))
+    full, row = ",".join(names), ",".join(kept)
+    return ctx.kernel(node, f"Y[{row}] += X[{full}] * X[{full}] * {inv}", {"X": src},
+                      ctx.fresh(node.output[0] + ":ms"), row_shape, kind="reduce")
 
 
 def _per_channel(ctx: Context, node: onnx.NodeProto, i: int, shape: list[int], what: str) -> str:
@@ -282,7 +293,7 @@ def rms_norm(ctx: Context, node: onnx.NodeProto) -> None:
     eps = float(ctx.attr(node, "epsilon", 1e-5))
     rows, n = math.prod(x.shape[:a]), math.prod(x.shape[a:])
     src = ctx.view(node, x.name, ctx.fresh(x.name + ":2d"), [rows, n])
-    _, _, _, ms, _ = _moments(ctx, node, src, [rows, n], [1], center=False)
+    ms = _mean_square(ctx, node, src, [rows, n], [1])
     g = _param(ctx, node, 1, list(x.shape[a:]), n)
     y = ctx.kernel(node, f"Y[r,c] = X[r,c] * rsqrt(S[r] + {fmt(eps)}) * G[c]", {"X": src, "S": ms, "G": g},
                    ctx.fresh(node.output[0] + ":2d"), [rows, n], kind="rmsnorm")

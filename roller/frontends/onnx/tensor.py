@@ -4,10 +4,13 @@ indices), and Roller operators where each element moves on its own (transpose, p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import onnx
 
+from roller.errors import InputError
 from roller.frontends.onnx.context import Context, NeedsConstant, translates
 from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
 from roller.graph.ir import Piece
@@ -442,7 +445,7 @@ def resize(ctx: Context, node: onnx.NodeProto) -> None:
 
 
 #: ONNX's nearest_mode roundings of a source coordinate
-ROUNDING = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
             "floor": np.floor, "ceil": np.ceil}
 
 
@@ -507,11 +510,12 @@ def _nearest_maps(ctx: Context, node: onnx.NodeProto, shape: list[int],
             if n >= 2**24:
                 raise ctx.error(node, f"axis {d} has {n} rows; at most 2^24 are supported")
             rows = np.arange(1, n + 1, dtype=np.float32).reshape([n if k == d else 1 for k in range(len(shape))])
-            taken = ref.run(None, {"rows": np.ascontiguousarray(np.broadcast_to(rows, shape))})[0]
+            results = cast("list[Any]", ref.run(None, {"rows": np.ascontiguousarray(np.broadcast_to(rows, shape))}))
+            taken = np.asarray(results[0])
             maps.append(taken[tuple(slice(None) if k == d else 0 for k in range(len(shape)))].astype(np.int64) - 1)
-    except onnx.onnx_cpp2py_export.checker.ValidationError as err:   # pragma: no cover - checked models
-        raise ctx.error(node, f"invalid Resize: {err}") from None
-    except (ValueError, RuntimeError, IndexError) as err:
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the reference raises anything; the node is at fault
         raise ctx.error(node, f"evaluating its row mapping failed: {err}") from None
     for d, m in enumerate(maps):
         if not len(m):
