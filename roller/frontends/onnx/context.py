@@ -26,6 +26,16 @@ DEVICE_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "float32", onnx.TensorPr
 # after 21 changed none of the translated ops' meaning, only the types they take).
 OPSETS = (11, onnx.defs.onnx_opset_version())
 
+class NeedsConstant(InputError):
+    """A translation needs the value of ``name`` at import (a shape, axes, pads, a scale...), and the model
+    computes it or takes it as an input. The ONNX backend, which sees the inputs' values only at run time,
+    folds such an input in and compiles again (``roller.onnx_backend``)."""
+
+    def __init__(self, message: str, name: str, *, source: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, source=source, field=field)
+        self.name = name
+
+
 Translator = Callable[["Context", onnx.NodeProto], None]
 TRANSLATORS: dict[str, Translator] = {}
 
@@ -83,8 +93,10 @@ class Context:
             raise self.error(node, f"input {i} ({what}) is missing")
         c = self.const(node.input[i])
         if c is None:
-            raise self.error(node, f"input {i} ({what}) must be a constant known at import; here it is computed "
-                                   "by the model (dynamic shapes are not supported yet)")
+            raise NeedsConstant(f"input {i} ({what}) must be a constant known at import; here it is "
+                                f"{'an input' if node.input[i] in self.graph.inputs else 'computed by the model'}"
+                                " (dynamic shapes are not supported yet)", node.input[i], source=self.source,
+                                field=self.where(node))
         return c
 
     def attr(self, node: onnx.NodeProto, name: str, default: Any = None) -> Any:
@@ -104,7 +116,7 @@ class Context:
             return self.graph.values[name]
         c = self.folded.get(name)
         if c is not None and np.issubdtype(c.dtype, np.floating):
-            return self.graph.values[self.add_const(c.astype(np.float32, copy=False), name)]
+            return self.graph.values[self.add_const(c, name)]
         raise self.error(node, f"input {i} ({name!r}) is a {self.dtype_name(name)} tensor; kernels read float "
                                "tensors only")
 
@@ -135,8 +147,10 @@ class Context:
         if hint in self.graph.constants and self.graph.constants[hint] is array:
             return hint
         name = hint if hint not in self._names else self.fresh(hint)
-        arr = np.ascontiguousarray(array, dtype=np.float32)
-        self.declare(name, arr.shape)
+        # float16 weights stay float16 (the kernels of a float16 model read them so); everything else float32
+        half = np.asarray(array).dtype == np.float16
+        arr = np.ascontiguousarray(array, dtype=np.float16 if half else np.float32)
+        self.declare(name, arr.shape, "float16" if half else "float32")
         self.graph.constants[name] = arr
         return name
 
@@ -147,12 +161,16 @@ class Context:
 
     def kernel(self, node: onnx.NodeProto, text: str, inputs: Mapping[str, str], output: str,
                shape: Sequence[int], *, pad_value: float = 0.0, extents: Mapping[str, int] | None = None,
-               kind: str | None = None, dtype: str = "float32") -> str:
+               kind: str | None = None, dtype: str | None = None) -> str:
         """A Roller operator: ``text`` in index notation over local tensor names (``inputs`` maps each to a
-        value; the output is ``Y``); declares and returns ``output``."""
+        value; the output is ``Y``); declares and returns ``output``. The output's dtype is ``dtype``, else
+        that of the first input the model computes (ONNX ops keep their input type T), else float32."""
         shapes = {t: list(self.graph.values[v].shape) for t, v in inputs.items()}
         shapes["Y"] = [int(d) for d in shape]
         dtypes = {t: self.graph.values[v].dtype for t, v in inputs.items()}
+        if dtype is None:
+            computed = [self.graph.values[v].dtype for v in inputs.values() if v not in self.graph.constants]
+            dtype = computed[0] if computed else "float32"
         dtypes["Y"] = dtype
         kind = kind or node.op_type.lower()
         self._count += 1

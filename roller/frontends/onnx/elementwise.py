@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import Context, fmt, translates
+from roller.frontends.onnx.context import DEVICE_TYPES, Context, fmt, translates
 
 Operand = str   # an expression: a read like "A[i0,0,i2]" or a literal
 
@@ -24,6 +24,12 @@ def broadcast_shape(ctx: Context, node: onnx.NodeProto, shapes: Sequence[Sequenc
             from None
 
 
+def shape_of(ctx: Context, name: str) -> list[int]:
+    """The shape of a value, computed or constant."""
+    c = ctx.const(name)
+    return list(c.shape) if c is not None else list(ctx.value(name).shape)
+
+
 def read(tensor: str, shape: Sequence[int], out_shape: Sequence[int]) -> str:
     """``tensor`` indexed for an output of ``out_shape`` under numpy broadcasting (size-1 dims read at 0)."""
     names = axes(len(out_shape))
@@ -38,20 +44,17 @@ def elementwise(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand
     broadcasting; constant scalars are written into the expression, other inputs are read."""
     which = list(range(len(node.input))) if inputs is None else list(inputs)
     which = [i for i in which if ctx.has(node, i)]
-    shapes = []
-    for i in which:
-        c = ctx.const(node.input[i])
-        shapes.append(list(c.shape) if c is not None else list(ctx.value(node.input[i]).shape))
+    shapes = [shape_of(ctx, node.input[i]) for i in which]
     out_shape = broadcast_shape(ctx, node, shapes)
     if not out_shape:   # a scalar result: computed as one element, then viewed as rank 0
         tmp = ctx.fresh(node.output[output] + ":1")
-        _emit(ctx, node, body, which, shapes, [1], tmp, lift=True)
+        _emit(ctx, node, body, which, shapes, [1], tmp)
         return ctx.view(node, tmp, node.output[output], [])
     return _emit(ctx, node, body, which, shapes, out_shape, node.output[output])
 
 
 def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], str], which: list[int],
-          shapes: list[list[int]], out_shape: list[int], out: str, lift: bool = False) -> str:
+          shapes: list[list[int]], out_shape: list[int], out: str) -> str:
     operands: list[Operand] = []
     tensors: dict[str, str] = {}
     for k, (i, shape) in enumerate(zip(which, shapes)):
@@ -61,7 +64,7 @@ def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], st
             operands.append(fmt(float(c.reshape(-1)[0])))
             continue
         v = ctx.device_value(node, i)
-        if lift and not shape:
+        if not shape:   # a computed scalar: read as the one element of a [1] view (kernels index every read)
             v = ctx.graph.values[ctx.view(node, v.name, ctx.fresh(v.name + ":1"), [1])]
             shape = [1]
         t = f"T{k}"
@@ -111,6 +114,8 @@ UNARY = {
     "Softsign": lambda a: f"({a}) / (1.0 + abs({a}))",
     # log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|)
     "Softplus": lambda a: f"relu({a}) + log(1.0 + exp(-abs({a})))",
+    # x tanh(softplus(x)), the softplus as above
+    "Mish": lambda a: f"({a}) * tanh(relu({a}) + log(1.0 + exp(-abs({a}))))",
 }
 
 
@@ -120,22 +125,49 @@ def unary(ctx: Context, node: onnx.NodeProto) -> None:
     elementwise(ctx, node, lambda x: fn(x[0]), inputs=[0])
 
 
+@translates("Swish")
+def swish(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    elementwise(ctx, node, lambda x: f"({x[0]}) * sigmoid({fmt(alpha)} * ({x[0]}))", inputs=[0])
+
+
+@translates("SwiGLU")
+def swiglu(ctx: Context, node: onnx.NodeProto) -> None:
+    """Swish_alpha(A) * B, A and B of one shape (no broadcasting, as ONNX says)."""
+    a, b = shape_of(ctx, node.input[0]), shape_of(ctx, node.input[1])
+    if a != b:
+        raise ctx.error(node, f"A {a} and B {b} must have the same shape")
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    elementwise(ctx, node, lambda x: f"({x[0]}) * sigmoid({fmt(alpha)} * ({x[0]})) * ({x[1]})")
+
+
+@translates("PRelu")
+def prelu(ctx: Context, node: onnx.NodeProto) -> None:
+    """x for x >= 0, slope * x below, as max(x, 0) + slope * min(x, 0): one of the two terms is exactly 0.
+    The slope broadcasts to x (unidirectionally: the output has x's shape)."""
+    x, slope = shape_of(ctx, node.input[0]), shape_of(ctx, node.input[1])
+    if broadcast_shape(ctx, node, [x, slope]) != x:
+        raise ctx.error(node, f"slope {slope} does not broadcast to the input {x}")
+    elementwise(ctx, node, lambda v: f"relu({v[0]}) + ({v[1]}) * min({v[0]}, 0.0)")
+
+
 @translates("Clip")
 def clip(ctx: Context, node: onnx.NodeProto) -> None:
-    if ctx.opset < 11:
-        lo, hi = ctx.attr(node, "min", None), ctx.attr(node, "max", None)
-    else:
-        lo = float(ctx.const_input(node, 1, "min").reshape(-1)[0]) if ctx.has(node, 1) else None
-        hi = float(ctx.const_input(node, 2, "max").reshape(-1)[0]) if ctx.has(node, 2) else None
+    """min(max(x, lo), hi), in that order: where lo > hi every element is hi (ONNX and numpy agree). The bounds
+    may be computed scalars; NaN elements follow fmax/fmin (the bound), not numpy (NaN)."""
+    given = [i for i in (1, 2) if ctx.has(node, i)]
+    for i in given:
+        c = ctx.const(node.input[i])
+        size = c.size if c is not None else ctx.value(node.input[i]).size
+        if size != 1:
+            raise ctx.error(node, f"input {i} ({'min' if i == 1 else 'max'}) must be a scalar, got {size} elements")
 
     def body(x: list[Operand]) -> str:
         e = x[0]
-        if hi is not None:
-            e = f"min({e}, {fmt(hi)})"
-        if lo is not None:
-            e = f"max({e}, {fmt(lo)})"
+        for i, bound in zip(given, x[1:]):
+            e = f"{'max' if i == 1 else 'min'}({e}, {bound})"
         return e
-    elementwise(ctx, node, body, inputs=[0])
+    elementwise(ctx, node, body, inputs=[0, *given])
 
 
 @translates("LeakyRelu")
@@ -185,20 +217,26 @@ def gelu(ctx: Context, node: onnx.NodeProto) -> None:
     elementwise(ctx, node, body, inputs=[0])
 
 
+#: the largest integer exponent written as a product (beyond it a negative base would need a pow function)
+MAX_PRODUCT_EXPONENT = 16
+
+
 @translates("Pow")
 def power(ctx: Context, node: onnx.NodeProto) -> None:
-    """x^e for a constant e: products for small integers, square roots for halves, exp(e log x) otherwise
-    (NaN for a negative base, as pow gives for a non-integer exponent)."""
-    e = ctx.const(node.input[1])
-    if e is None or e.size != 1:
-        raise ctx.error(node, "the exponent must be a constant scalar")
+    """x^e for a constant scalar e: products for integers (exact signs for negative bases), square roots for
+    halves, exp(e log x) for the other non-integers (NaN for a negative base, as pow gives)."""
+    e = ctx.const_input(node, 1, "exponent")
+    if e.size != 1:
+        raise ctx.error(node, f"an exponent of {e.size} elements is not supported (a constant scalar is)")
     p = float(e.reshape(-1)[0])
+    if p.is_integer() and abs(p) > MAX_PRODUCT_EXPONENT:
+        raise ctx.error(node, f"the integer exponent {p:g} is not supported (|e| <= {MAX_PRODUCT_EXPONENT})")
 
     def body(x: list[Operand]) -> str:
         a = x[0]
         if p == 0:
-            return f"({a}) * 0.0 + 1.0"
-        if p.is_integer() and 1 <= abs(p) <= 4:
+            return f"max(1.0, min(1.0, {a}))"   # exactly 1, for inf and NaN too
+        if p.is_integer():
             prod = " * ".join([f"({a})"] * int(abs(p)))
             return prod if p > 0 else f"1.0 / ({prod})"
         if p == 0.5:
@@ -212,24 +250,47 @@ def power(ctx: Context, node: onnx.NodeProto) -> None:
 @translates("Identity", "Dropout")
 def identity(ctx: Context, node: onnx.NodeProto) -> None:
     if len(node.output) > 1 and node.output[1]:
-        raise ctx.error(node, "the mask output of Dropout is not supported (inference needs none)")
+        raise ctx.error(node, "the mask output of Dropout is not supported (a bool tensor; inference needs none)")
+    if node.op_type == "Dropout" and ctx.has(node, 2):
+        training = ctx.const_input(node, 2, "training_mode")
+        ratio = float(ctx.const_input(node, 1, "ratio").reshape(-1)[0]) if ctx.has(node, 1) else 0.5
+        if bool(training.reshape(-1)[0]) and ratio != 0.0:
+            raise ctx.error(node, f"training_mode=true with ratio {ratio} draws a random mask, which is not "
+                                  "supported (inference, or ratio 0, is the identity)")
     src = ctx.device_value(node, 0)
     ctx.view(node, src.name, node.output[0], src.shape)
 
 
-@translates("Cast")
-def cast(ctx: Context, node: onnx.NodeProto) -> None:
-    to = int(ctx.attr(node, "to"))
-    src = ctx.device_value(node, 0)
-    from roller.frontends.onnx.context import DEVICE_TYPES
+#: the numpy type of each device element type (bfloat16 is ml_dtypes', which onnx uses)
+DEVICE_NUMPY = {name: onnx.helper.tensor_dtype_to_np_dtype(t) for t, name in DEVICE_TYPES.items()}
 
-    if to not in DEVICE_TYPES:
-        raise ctx.error(node, f"a cast of a computed tensor to {onnx.TensorProto.DataType.Name(to)} is not "
-                              "supported (float types only)")
-    target = DEVICE_TYPES[to]
+
+@translates("Cast", "CastLike")
+def cast(ctx: Context, node: onnx.NodeProto) -> None:
+    """A conversion between the float types a kernel holds (float32, float16, bfloat16); the same type is a
+    view. CastLike takes the type of its second input."""
+    first = ctx.const(node.input[0])
+    if node.op_type == "CastLike" and first is not None:
+        # Only the type of the second input matters: a constant first input stays a constant (an exponent...).
+        like = DEVICE_NUMPY.get(ctx.dtype_name(node.input[1]))
+        if like is not None:
+            ctx.fold(node.output[0], first.astype(like))
+            return
+    src = ctx.device_value(node, 0)
+    if node.op_type == "Cast":
+        to = int(ctx.attr(node, "to"))
+        target = DEVICE_TYPES.get(to)
+        what = onnx.TensorProto.DataType.Name(to)
+    else:
+        what = ctx.dtype_name(node.input[1])
+        target = what if what in DEVICE_TYPES.values() else None
+    if target is None:
+        raise ctx.error(node, f"a cast of a computed tensor to {what} is not supported (kernels hold "
+                              f"{', '.join(DEVICE_TYPES.values())})")
     if target == src.dtype:
         ctx.view(node, src.name, node.output[0], src.shape)
         return
     names = axes(len(src.shape))
     idx = ",".join(names)
-    ctx.kernel(node, f"Y[{idx}] = X[{idx}]", {"X": src.name}, node.output[0], src.shape, dtype=target)
+    ctx.kernel(node, f"Y[{idx}] = X[{idx}]", {"X": src.name}, node.output[0], src.shape, dtype=target,
+               kind="cast")

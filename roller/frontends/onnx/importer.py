@@ -102,7 +102,11 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
             if not np.issubdtype(c.dtype, np.floating):
                 raise InputError(f"output {out.name!r} is a constant {c.dtype} tensor; only float outputs are "
                                  "supported", source=source)
-            ctx.add_const(c, out.name)
+            # A constant output keeps its own name (add_const would pick a fresh one: the name is taken) and its
+            # type (float16 stays float16: what the caller gets back).
+            kind = c.dtype.name if c.dtype.name in DEVICE_TYPES.values() else "float32"
+            ctx.declare(out.name, c.shape, kind)
+            graph.constants[out.name] = np.ascontiguousarray(c, dtype=np.float32)
         graph.outputs.append(out.name)
     graph = remove_dead(graph)
     graph.check()

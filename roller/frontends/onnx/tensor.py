@@ -4,11 +4,14 @@ indices), and Roller operators where each element moves on its own (transpose, p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import Context, translates
+from roller.errors import InputError
+from roller.frontends.onnx.context import Context, NeedsConstant, translates
 from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
 from roller.graph.ir import Piece
 
@@ -179,6 +182,9 @@ def slice_(ctx: Context, node: onnx.NodeProto) -> None:
             raise ctx.error(node, "a step of 0")
         lo, hi, _ = slice(s, e, st).indices(x.shape[d])
         n = len(range(lo, hi, st))
+        if n == 0:
+            raise ctx.error(node, f"the slice of axis {d} is empty (starts {starts}, ends {ends}, steps {steps} of "
+                                  f"{list(x.shape)}); zero-size tensors are not supported")
         first[d], count[d], step[d] = lo, n, st
     if all(s == 1 for s in step):
         ctx.copy(node, [Piece(x.name, tuple(first), (0,) * rank, tuple(count))], node.output[0], count)
@@ -233,18 +239,70 @@ def transpose(ctx: Context, node: onnx.NodeProto) -> None:
     perm = ctx.ints(node, "perm") or list(range(rank))[::-1]
     if sorted(perm) != list(range(rank)):
         raise ctx.error(node, f"perm {perm} is not a permutation of {rank} axes")
-    names = axes(rank)
-    out_shape = [x.shape[p] for p in perm]
-    if perm == list(range(rank)):
-        ctx.view(node, x.name, node.output[0], out_shape)
-        return
-    # Moving only unit dimensions keeps the memory order: a view.
-    moved = [p for p in perm if x.shape[p] != 1]
+    permute(ctx, node, x.name, list(x.shape), perm, node.output[0])
+
+
+def permute(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int], perm: list[int], out: str) -> str:
+    """``src`` with its axes in the order ``perm``: a view where only unit dimensions move (the memory order
+    stays), else a transpose operator."""
+    out_shape = [shape[p] for p in perm]
+    moved = [p for p in perm if shape[p] != 1]
     if moved == sorted(moved):
-        ctx.view(node, x.name, node.output[0], out_shape)
+        return ctx.view(node, src, out, out_shape)
+    names = axes(len(shape))
+    return ctx.kernel(node, f"Y[{','.join(names[p] for p in perm)}] = X[{','.join(names)}]", {"X": src}, out,
+                      out_shape, kind="transpose")
+
+
+@translates("DepthToSpace", "SpaceToDepth")
+def depth_space(ctx: Context, node: onnx.NodeProto) -> None:
+    """Views around one transpose, as ONNX defines them (modes DCR and CRD)."""
+    x = ctx.device_value(node, 0)
+    if len(x.shape) != 4:
+        raise ctx.error(node, f"expected an input [N, C, H, W], got {list(x.shape)}")
+    b = int(ctx.attr(node, "blocksize", 0))
+    mode = ctx.attr(node, "mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in ("DCR", "CRD"):
+        raise ctx.error(node, f"mode={mode!r} is not supported (DCR, CRD)")
+    n, c, h, w = x.shape
+    if node.op_type == "DepthToSpace":
+        if b <= 0 or c % (b * b):
+            raise ctx.error(node, f"blocksize {b} does not divide the {c} channels into blocks of {b}x{b}")
+        k = c // (b * b)
+        split, perm = ([n, b, b, k, h, w], [0, 3, 4, 1, 5, 2]) if mode == "DCR" else \
+            ([n, k, b, b, h, w], [0, 1, 4, 2, 5, 3])
+        final = [n, k, h * b, w * b]
+    else:
+        if b <= 0 or h % b or w % b:
+            raise ctx.error(node, f"blocksize {b} does not divide the spatial size {h}x{w}")
+        split = [n, c, h // b, b, w // b, b]
+        perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+        final = [n, c * b * b, h // b, w // b]
+    src = ctx.view(node, x.name, ctx.fresh(x.name + ":blocks"), split)
+    moved = permute(ctx, node, src, split, perm, ctx.fresh(node.output[0] + ":t"))
+    ctx.view(node, moved, node.output[0], final)
+
+
+@translates("Tile")
+def tile(ctx: Context, node: onnx.NodeProto) -> None:
+    """x viewed with a unit axis before each of its axes, broadcast to the repeats there, viewed as the result:
+    one operator."""
+    x = ctx.device_value(node, 0)
+    reps = [int(r) for r in ctx.const_input(node, 1, "repeats").reshape(-1)]
+    if len(reps) != len(x.shape) or any(r < 1 for r in reps):
+        raise ctx.error(node, f"repeats {reps} must give a positive count for each of the {len(x.shape)} axes")
+    final = [d * r for d, r in zip(x.shape, reps)]
+    if all(r == 1 for r in reps):
+        ctx.view(node, x.name, node.output[0], final)
         return
-    ctx.kernel(node, f"Y[{','.join(names[p] for p in perm)}] = X[{','.join(names)}]", {"X": x.name},
-               node.output[0], out_shape, kind="transpose")
+    inter = [v for d in x.shape for v in (1, d)]
+    wide = [v for d, r in zip(x.shape, reps) for v in (r, d)]
+    src = ctx.view(node, x.name, ctx.fresh(x.name + ":unit"), inter)
+    names = axes(len(wide))
+    y = ctx.kernel(node, f"Y[{','.join(names)}] = {read('X', inter, wide)}", {"X": src},
+                   ctx.fresh(node.output[0] + ":wide"), wide, kind="tile")
+    ctx.view(node, y, node.output[0], final)
 
 
 @translates("Pad")
@@ -272,15 +330,54 @@ def pad(ctx: Context, node: onnx.NodeProto) -> None:
     shape = [x.shape[d] + before[d] + after[d] for d in range(rank)]
     if any(s <= 0 for s in shape):
         raise ctx.error(node, f"pads {pads} leave nothing of {list(x.shape)}")
-    if not np.isfinite(value) and value != float("-inf") and value != float("inf"):
+    if np.isnan(value):
         raise ctx.error(node, "constant_value must not be NaN")
-    names = axes(rank)
+    pad_kernel(ctx, node, x.name, list(x.shape), before, shape, value, node.output[0])
+
+
+def pad_kernel(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int], before: list[int],
+               out_shape: list[int], value: float, out: str) -> str:
+    """``src`` placed at offset ``before`` (negative: cropped) in an output of ``out_shape`` filled with
+    ``value``: one operator whose reads outside the input give the pad value."""
+    names = axes(len(shape))
     idx = []
     for d, n in enumerate(names):
         b = before[d]
-        idx.append(n if b == 0 else (f"{n}-{b}" if b > 0 else f"{n}+{-b}"))
-    ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(idx)}]", {"X": x.name}, node.output[0], shape,
-               pad_value=value, kind="pad")
+        if b == 0 and out_shape[d] != shape[d]:
+            # Padded or cropped at the end only: a plain index would tie the axis to both sizes. Offsetting it by
+            # a reduction axis of extent 1 reads the same element and lets the output size stand.
+            idx.append(f"{n}+u")
+        else:
+            idx.append(n if b == 0 else (f"{n}-{b}" if b > 0 else f"{n}+{-b}"))
+    op = "+=" if any("+u" in i for i in idx) else "="
+    return ctx.kernel(node, f"Y[{','.join(names)}] {op} X[{','.join(idx)}]", {"X": src}, out, out_shape,
+                      pad_value=value, extents={"u": 1} if op == "+=" else None, kind="pad")
+
+
+@translates("CenterCropPad")
+def center_crop_pad(ctx: Context, node: onnx.NodeProto) -> None:
+    """Each listed axis cropped around its centre (a copy) or padded with zeros around it (an operator), to the
+    given sizes; the extra element of an odd difference goes to the end, as ONNX's function body does."""
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    sizes = [int(v) for v in ctx.const_input(node, 1, "shape").reshape(-1)]
+    ax = [_axis(ctx, node, a, rank) for a in ctx.ints(node, "axes", list(range(rank)))]
+    if len(sizes) != len(ax) or len(set(ax)) != len(ax) or any(v <= 0 for v in sizes):
+        raise ctx.error(node, f"shape {sizes} does not give one positive size per axis {ax}")
+    target = list(x.shape)
+    for a, v in zip(ax, sizes):
+        target[a] = v
+    crop = [min(d, t) for d, t in zip(x.shape, target)]
+    src = x.name
+    if crop != list(x.shape):
+        first = [(d - c) // 2 for d, c in zip(x.shape, crop)]
+        out = node.output[0] if crop == target else ctx.fresh(node.output[0] + ":crop")
+        src = ctx.copy(node, [Piece(x.name, tuple(first), (0,) * rank, tuple(crop))], out, crop)
+    if crop != target:
+        pad_kernel(ctx, node, src, crop, [(t - c) // 2 for t, c in zip(target, crop)], target, 0.0,
+                   node.output[0])
+    elif src == x.name:
+        ctx.view(node, x.name, node.output[0], target)
 
 
 @translates("Expand")
@@ -294,3 +391,135 @@ def expand(ctx: Context, node: onnx.NodeProto) -> None:
     names = axes(len(shape))
     ctx.kernel(node, f"Y[{','.join(names)}] = {read('X', list(x.shape), shape)}", {"X": x.name},
                node.output[0], shape, kind="expand")
+
+
+# -- ops that are only ever evaluated at import -------------------------------------------------------------
+
+@translates("Constant", "ConstantOfShape", "Range")
+def import_time_only(ctx: Context, node: onnx.NodeProto) -> None:
+    """These make tensors whose shape is their inputs' values: with every input known at import the importer
+    evaluates them (they never reach here); a computed input would make the shape dynamic."""
+    computed = [i for i in node.input if i and ctx.const(i) is None]
+    raise NeedsConstant(f"its input {computed[0]!r} must be a constant known at import (the output's shape "
+                        "depends on its value); here it is computed by the model", computed[0],
+                        source=ctx.source, field=ctx.where(node))
+
+
+# -- resizing ------------------------------------------------------------------------------------------------
+
+@translates("Resize")
+def resize(ctx: Context, node: onnx.NodeProto) -> None:
+    """Nearest-neighbour resizing as device copies: along each axis every output row is one input row, and
+    consecutive rows that come from consecutive rows move in one piece. Which input row each output row takes
+    (every coordinate transformation, rounding mode, aspect-ratio policy and axes list) is asked of ONNX's
+    reference implementation, run at import on a tensor of row numbers, so it is ONNX's own answer."""
+    mode = ctx.attr(node, "mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode != "nearest":
+        raise ctx.error(node, f"mode={mode!r} is not supported (nearest)")
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    params = {i: ctx.const_input(node, i, what) for i, what in ((1, "roi"), (2, "scales"), (3, "sizes"))
+              if ctx.has(node, i)}
+    transform = ctx.attr(node, "coordinate_transformation_mode", b"half_pixel")
+    transform = transform.decode() if isinstance(transform, bytes) else str(transform)
+    if transform == "tf_half_pixel_for_nn":   # opsets 11-12 only; onnx.reference no longer knows it
+        maps = _tf_half_pixel_maps(ctx, node, list(x.shape), params)
+    else:
+        maps = _nearest_maps(ctx, node, list(x.shape), params)
+    cur, cur_shape = x.name, list(x.shape)
+    changed = [d for d in range(rank) if list(maps[d]) != list(range(x.shape[d]))]
+    if not changed:
+        ctx.view(node, x.name, node.output[0], x.shape)
+        return
+    for d in changed:
+        shape = list(cur_shape)
+        shape[d] = len(maps[d])
+        pieces = []
+        for o, m, count in _runs(maps[d]):
+            src, dst, box = [0] * rank, [0] * rank, list(cur_shape)
+            src[d], dst[d], box[d] = m, o, count
+            pieces.append(Piece(cur, tuple(src), tuple(dst), tuple(box)))
+        out = node.output[0] if d == changed[-1] else ctx.fresh(f"{node.output[0]}:axis{d}")
+        cur, cur_shape = ctx.copy(node, pieces, out, shape), shape
+
+
+#: ONNX's nearest_mode roundings of a source coordinate
+ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+            "floor": np.floor, "ceil": np.ceil}
+
+
+def _tf_half_pixel_maps(ctx: Context, node: onnx.NodeProto, shape: list[int],
+                        params: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """The rows of coordinate_transformation_mode tf_half_pixel_for_nn: source (o + 0.5) / scale, rounded by
+    nearest_mode and clamped to the input."""
+    mode = ctx.attr(node, "nearest_mode", b"round_prefer_floor")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in ROUNDING:
+        raise ctx.error(node, f"nearest_mode={mode!r} is not supported ({', '.join(ROUNDING)})")
+    sizes = params.get(3)
+    scales = params.get(2)
+    if sizes is not None and sizes.size:
+        out = [int(v) for v in sizes.reshape(-1)]
+        scale = [o / n for o, n in zip(out, shape)]
+    elif scales is not None and scales.size:
+        scale = [float(v) for v in scales.reshape(-1)]
+        out = [math.floor(n * s) for n, s in zip(shape, scale)]
+    else:
+        raise ctx.error(node, "Resize needs scales or sizes")
+    if len(out) != len(shape) or any(o <= 0 for o in out):
+        raise ctx.error(node, f"the output sizes {out} do not fit the input {shape}")
+    return [np.clip(ROUNDING[mode]((np.arange(o) + 0.5) / s), 0, n - 1).astype(np.int64)
+            for o, s, n in zip(out, scale, shape)]
+
+
+def _runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first output row, first input row, count) of each run of output rows taken from consecutive input
+    rows."""
+    out: list[tuple[int, int, int]] = []
+    for o, m in enumerate(int(r) for r in rows):
+        if out and out[-1][1] + out[-1][2] == m and out[-1][0] + out[-1][2] == o:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + 1)
+        else:
+            out.append((o, m, 1))
+    return out
+
+
+def _nearest_maps(ctx: Context, node: onnx.NodeProto, shape: list[int],
+                  params: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """Per axis, the input row of each output row, from onnx.reference's Resize applied to row numbers + 1
+    (0 marks an output that tf_crop_and_resize extrapolates)."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    probe = onnx.NodeProto()
+    probe.CopyFrom(node)
+    del probe.attribute[:]
+    probe.attribute.extend(a for a in node.attribute if a.name != "extrapolation_value")
+    probe.attribute.append(helper.make_attribute("extrapolation_value", 0.0))
+    probe.input[0], probe.output[0] = "rows", "taken"
+    inits = [numpy_helper.from_array(a, node.input[i]) for i, a in params.items()]
+    model = helper.make_model(
+        helper.make_graph([probe], "rows", [helper.make_tensor_value_info("rows", onnx.TensorProto.FLOAT, shape)],
+                          [helper.make_empty_tensor_value_info("taken")], inits),
+        opset_imports=[helper.make_opsetid("", ctx.opset)])
+    try:
+        ref = ReferenceEvaluator(model)
+        maps = []
+        for d, n in enumerate(shape):
+            if n >= 2**24:
+                raise ctx.error(node, f"axis {d} has {n} rows; at most 2^24 are supported")
+            rows = np.arange(1, n + 1, dtype=np.float32).reshape([n if k == d else 1 for k in range(len(shape))])
+            results = cast("list[Any]", ref.run(None, {"rows": np.ascontiguousarray(np.broadcast_to(rows, shape))}))
+            taken = np.asarray(results[0])
+            maps.append(taken[tuple(slice(None) if k == d else 0 for k in range(len(shape)))].astype(np.int64) - 1)
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the reference raises anything; the node is at fault
+        raise ctx.error(node, f"evaluating its row mapping failed: {err}") from None
+    for d, m in enumerate(maps):
+        if not len(m):
+            raise ctx.error(node, f"axis {d} would be empty; zero-size tensors are not supported")
+        if (m < 0).any():
+            raise ctx.error(node, "tf_crop_and_resize outside the input (extrapolation_value) is not supported")
+    return maps
