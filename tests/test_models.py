@@ -19,6 +19,7 @@ from roller.frontends.onnx import import_model
 from roller.graph import OpNode, plan
 from roller.graph.reference import evaluate
 
+ROOT = Path(__file__).resolve().parent.parent
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
 C = 8
@@ -202,3 +203,53 @@ def test_compare_reports_whole_model_totals(tmp_path: Path, capsys: pytest.Captu
         want = sum(per_op[r["op"]] * r["uses"] for r in model["ops"])
         assert model["total_predicted_ms"][hw] == pytest.approx(want)
     assert "Whole model" in (out / "report.md").read_text() and "model m (" in capsys.readouterr().out
+
+
+def _model_arts(hw: str) -> tuple:
+    """The kernels ``roller build`` writes for the example ResNet on ``hw``."""
+    from roller.backends import for_hw
+    from roller.hw import load
+    from roller.models import build_kernels
+
+    hwd = load(hw)
+    be = for_hw(hwd)
+    graph = import_model(ROOT / "examples/models/mini_resnet.onnx")
+    kernels, _ = build_kernels(graph, hwd, be, compile_here=False)
+    return hwd, [k.artifact for k in kernels.values()]
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+def test_model_kernels_compile_with_nvcc_for_h100(tmp_path: Path) -> None:
+    from roller.backends.cuda.toolchain import compile_unit
+    from roller.errors import ToolchainError
+
+    hwd, arts = _model_arts("h100")
+    try:
+        result = compile_unit("\n".join(a.source for a in arts), hwd.target, tmp_path, "mini_resnet")
+    except ToolchainError as err:
+        pytest.skip(str(err))
+    assert set(result.usage) == {a.kernel_name for a in arts}
+    smem = next(m for m in hwd.memory if m.scope == "block").capacity_per_block_bytes
+    for name, u in result.usage.items():
+        assert u.registers <= hwd.parallelism.max_registers_per_thread and u.spill_stores == 0, name
+        assert u.smem_bytes <= smem, name
+
+
+@pytest.mark.slow
+@pytest.mark.hipcc
+def test_model_kernels_compile_with_hipcc_for_mi50(tmp_path: Path) -> None:
+    from roller.backends.rocm_hip import hipcc
+    from roller.errors import ToolchainError
+
+    hwd, arts = _model_arts("mi50")
+    try:
+        usage = hipcc.check_artifacts(arts, hwd, tmp_path)
+    except ToolchainError as err:
+        pytest.skip(str(err))
+    assert set(usage) == {a.kernel_name for a in arts}
+    for art in arts:
+        plan = art.extra["plan"]
+        problems = hipcc.limits_report(usage[art.kernel_name], hwd, art.launch["block"][0], plan.smem_bytes,
+                                       len(plan.inputs) if plan.staged else 0)
+        assert problems == [], (art.kernel_name, problems)
