@@ -29,6 +29,7 @@ MEMORY_OPS = [
     {"name": "maxpool2x2", "op": "maxpool2d", "N": 16, "C": 64, "H": 56, "W": 56, "K": 2},
     {"name": "reduce_rows", "op": "reduce", "kind": "sum", "shape": [4096, 1024], "axes": [1]},
     {"name": "reduce_hw", "op": "reduce", "kind": "mean", "shape": [16, 256, 28, 28], "axes": [2, 3]},
+    {"name": "transpose_4096", "op": "transpose", "shape": [4096, 4096], "perm": [1, 0]},
 ]
 
 COPY = """__kernel void copy(__global const float4* restrict a, __global float4* restrict b) {
@@ -68,6 +69,23 @@ def copy_bandwidth(nbytes: int) -> float:
     return 2 * n4 * 16 / float(np.median(times)) / 1e9
 
 
+def memory_table(hw_name: str, top_k: int = 5) -> str:
+    """Markdown: GB/s of compulsory traffic of each memory-bound op's best of ``top_k``, next to a plain copy
+    kernel measured in the same run."""
+    hw = H.load(hw_name)
+    be = get("opencl")
+    copy_gbs = copy_bandwidth(64 << 20)
+    lines = ["### memory-bound ops (GB/s of compulsory traffic)", "",
+             "| op | best of top-k GB/s | vs copy kernel |", "|---|---|---|",
+             f"| plain float4 copy (64 MiB, same run) | {copy_gbs:.1f} | 1.00 |"]
+    for spec in MEMORY_OPS:
+        op = load_op(spec)
+        best = min(s for s, _ in time_candidates(op, hw, be, top_k))
+        gbs = op.bytes / best / 1e9
+        lines.append(f"| {op.name} | {gbs:.1f} | {gbs / copy_gbs:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--hw", default="pocl-cpu")
@@ -104,17 +122,7 @@ def main() -> None:
               "", f"Whole build with evaluation (construct, render, compile and time {len(timed)} candidates): "
               f"{build_s:.1f} s.", ""]
 
-    copy_gbs = copy_bandwidth(64 << 20)
-    lines += ["### memory-bound ops (GB/s of compulsory traffic)", "",
-              "| op | best of top-k GB/s | vs copy kernel |", "|---|---|---|",
-              f"| plain float4 copy (64 MiB, same run) | {copy_gbs:.1f} | 1.00 |"]
-    for spec in MEMORY_OPS:
-        op = load_op(spec)
-        timed = time_candidates(op, hw, be, min(args.top_k, 5))
-        best = min(s for s, _ in timed)
-        gbs = op.bytes / best / 1e9
-        lines.append(f"| {op.name} | {gbs:.1f} | {gbs / copy_gbs:.2f} |")
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n" + memory_table(args.hw, min(args.top_k, 5))
     print(text)
     if args.md:
         Path(args.md).write_text(text)

@@ -24,7 +24,7 @@ from roller import backends as _backends
 from roller.api import HwLike, Kernel, build_kernel, resolve_hw
 from roller.errors import InputError
 from roller.evaluate import Progress, require_device
-from roller.graph import Graph, OpNode, Plan, kernel_key, plan, unique_kernels
+from roller.graph import Graph, InputPad, OpNode, Plan, kernel_key, plan, unique_kernels
 from roller.graph.executor import Executor
 from roller.graph.memory import KernelStep
 from roller.hw import HardwareDesc
@@ -193,7 +193,7 @@ def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = No
         source = _with_shapes(source, shapes) if shapes else source
     kernels, hits = build_kernels(graph, hwd, be, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
                                   progress=progress)
-    p = plan(graph)
+    p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()})
     p.kernels = {key: k.name for key, k in kernels.items()}
     return Model(graph, hwd, be, kernels, p, compile_s=time.perf_counter() - t0, cache_hits=hits, source=source)
 

@@ -152,6 +152,14 @@ class RProgram:
         b = self.block_tile.shape
         return tuple(1 if a.reduce else -(-a.extent // b[i]) for i, a in enumerate(self.expr.axes))
 
+    @property
+    def pads(self) -> dict[str, tuple[tuple[int, int], ...]]:
+        """Inputs the kernel reads from padded copies: name -> (before, after) per dimension of the input as
+        written. Whoever runs the kernel passes, for each, a buffer of the padded shape holding the input in its
+        interior and the op's ``pad_value`` around it (``pad_input``)."""
+        prep = self.expr.preparation
+        return dict(prep.pads) if prep is not None else {}
+
     def to_json(self) -> dict[str, Any]:
         src = self.expr.source or self.expr
         return {
@@ -232,3 +240,17 @@ def launch_counts(expr: TensorExpr, block: RTile, thread: RTile, reduce_threads:
         grid *= -(-a.extent // b)
         threads *= b // t
     return grid, max(1, threads) if math.prod(block.shape) else 1
+
+
+def pad_input(array: Any, pads: tuple[tuple[int, int], ...], value: float) -> Any:
+    """``array`` in the interior of a padded copy filled with ``value`` (what a program's ``pads`` ask for)."""
+    import numpy as np
+
+    return np.pad(np.asarray(array), [(b, a) for b, a in pads], mode="constant", constant_values=value)
+
+
+def pad_value_json(v: float) -> float | str:
+    """JSON has no infinity: "-inf" / "inf" as op files write them."""
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    return v

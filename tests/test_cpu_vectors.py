@@ -90,24 +90,31 @@ def test_transposed_b_is_gathered_lane_by_lane() -> None:
     assert "((float16)((float)(A[(rl_g_m) * 48 + (rl_g_k)])))" in body   # A does not move along n
 
 
-def test_convolution_view_read_is_broadcast() -> None:
+def test_convolution_reads_a_padded_input_directly() -> None:
+    """On a CPU a convolution stays direct over a padded copy of X: a vector of outputs along w loads one
+    vector of X, with no bounds test, and the weight every lane shares is one broadcast."""
     p = _with_run({"op": "conv2d", "N": 1, "C": 8, "H": 14, "W": 14, "F": 32, "KH": 3, "KW": 3,
-                   "padding": "SAME"}, 16)
-    body = lower(p, DIALECT).vec.flavors[0].body   # type: ignore[union-attr]
-    x_read = body[:body.index(" * ")]
-    assert x_read.startswith("(((float16)(") and x_read.count("X[") == 1   # one im2col element per row
+                   "padding": "SAME"}, 8)
+    assert p.pads == {"X": ((0, 0), (0, 0), (1, 1), (1, 1))}
+    vec = lower(p, DIALECT).vec
+    assert vec is not None and vec.axis == "w"
+    body = vec.flavors[0].body
+    assert body.startswith("(vload8(0, X + ") and "(rl_g_w + rl_g_s)" in body and "unsigned" not in body
+    assert "((float8)((float)(W[(rl_g_f) * 72 + (rl_g_c) * 9 + (rl_g_r) * 3 + (rl_g_s)])))" in body
+    launch = OPENCL.render(p, CPU).launch
+    assert launch["arguments"][0]["shape"] == [1, 8, 16, 16]
+    assert launch["arguments"][0]["pad"] == {"shape": [1, 8, 14, 14], "before": [0, 0, 1, 1],
+                                             "after": [0, 0, 1, 1], "value": 0.0}
 
 
-def test_moving_window_loads_a_vector_inside_the_image() -> None:
+def test_moving_window_loads_a_vector_without_bounds_tests() -> None:
     p = _programs({"op": "depthwise_conv2d", "N": 1, "C": 4, "H": 40, "W": 40, "KH": 3, "KW": 3,
                    "padding": "SAME"}, 1)[0]
     vec = lower(p, DIALECT).vec
     assert vec is not None and vec.axis == "w"
     n = vec.width
-    # Both ends of the vector are tested, then one load; at a border the lanes one by one.
-    body = vec.flavors[0].body
-    assert f"(unsigned)(rl_g_w + rl_g_s - 1) < 40u && (unsigned)((rl_g_w + {n - 1}) + rl_g_s - 1) < 40u" in body
-    assert f"? vload{n}(0, X + " in body and f": (float{n})(" in body
+    body = vec.flavors[0].body   # runs wholly inside the image: one load from the padded copy (42 wide)
+    assert body.startswith(f"(vload{n}(0, X + ") and "* 42 + (rl_g_w + rl_g_s))" in body and "?" not in body
 
 
 def test_runs_no_vector_width_divides_stay_scalar() -> None:

@@ -179,7 +179,7 @@ def test_reduction_of_2_31_minus_1_points_is_accepted(tmp_path, capsys) -> None:
     assert cli(capsys, "op", "check", str(path))[0] == 0
     op = load_op(json.loads(path.read_text()))
     src = get("opencl").render(construct(op, "pocl-cpu", top_k=1)[0], load("pocl-cpu")).source
-    assert "rl_k < 2147483647;" in src  # the loop's bound fits its int counter
+    assert "rl_g_k < 2147483647;" in src  # the loop's bound fits its int counter
 
 
 # ---- 3: YAML that expands without bound ---------------------------------------------------------------------------

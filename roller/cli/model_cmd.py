@@ -74,12 +74,12 @@ def _compile(args: argparse.Namespace, compile_here: bool) -> tuple[Any, Any, An
 
 
 def cmd_build_model(args: argparse.Namespace) -> int:
-    from roller.graph import plan
+    from roller.graph import InputPad, plan
 
     if args.dry_run:
         return _dry_run(args)
     hwd, be, (graph, kernels) = _compile(args, compile_here=bool(getattr(args, "evaluate", False)))
-    p = plan(graph)
+    p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()})
     p.kernels = {key: k.name for key, k in kernels.items()}
     out_dir = Path(args.output)
     if out_dir.exists() and not out_dir.is_dir():

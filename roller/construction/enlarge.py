@@ -22,10 +22,12 @@ from roller.construction.align import (
 )
 from roller.construction.exchange import exchange_fed, on_device, resident_input_bytes, unit_bytes
 from roller.hw import HardwareDesc
-from roller.model.micro import registers_per_thread
+from roller.hw.desc import TileThroughput
+from roller.model.micro import register_tile, registers_per_thread
 from roller.model.traffic import TileGeometry
 
 Tile = tuple[int, ...]
+NEAR_BEST = 0.9  # a measured register tile within this fraction of the fastest one counts as saturating
 
 
 @dataclass
@@ -77,6 +79,19 @@ class Search:
         par = hw.parallelism
         self.reg_budget = min(par.register_tile_budget,
                               (self.reg_layer.capacity_per_thread_bytes or 1 << 30) // self.dtype_bytes)
+        # With a probe's measured register tiles, a thread holds as many accumulators as the fastest of them
+        # (its inputs need only fit the register file), and a thread tile saturates only when it contains
+        # one of them: the rule of thumb's budget kept PoCL's tiles at 8x8 and smaller (77 GFLOP/s
+        # measured) while 16x16 ran 225 (issue 23).
+        self.measured = _measured_tiles(hw, self.geo)
+        self.near_best: tuple[TileThroughput, ...] = ()
+        self.acc_budget = 0
+        if self.measured:
+            best = max(t.gflops for t in self.measured)
+            self.near_best = tuple(t for t in self.measured if t.gflops >= NEAR_BEST * best)
+            self.acc_budget = max(t.rows * t.cols for t in self.near_best)
+            self.reg_budget = max(self.reg_budget, (self.reg_layer.capacity_per_thread_bytes or 1 << 30)
+                                  // self.dtype_bytes)
 
     def done(self) -> bool:
         return len(self.found) >= self.want or self.steps >= self.budget
@@ -86,12 +101,17 @@ class Search:
         geo = self.geo
         step = tuple(1 if r else s for s, r in zip(t, geo.reduce_mask))
         elems = geo.output_elems(t) + sum(math.prod(geo.region(x, step)) for x in geo.inputs)
-        if elems > self.reg_budget:
+        if elems > self.reg_budget or (self.acc_budget and geo.output_elems(t) > self.acc_budget):
             return False
         return registers_per_thread(geo, t) <= self.hw.parallelism.max_registers_per_thread
 
     def thread_saturated(self, t: Tile) -> bool:
         geo = self.geo
+        if self.measured:
+            # Contain a near-best measured tile, rather than be nearest to one: 12x16 sits nearest to the
+            # measured 16x16 but runs at about 8x16's speed.
+            rows, cols = register_tile(geo, t)
+            return any(m.rows <= rows and m.cols <= cols for m in self.near_best)
         compute = geo.tile_flops(t) / self.peak
         memory = geo.tile_traffic(t, self.smem.transaction_bytes) / self.bw_smem
         return geo.output_elems(t) >= 2 and compute >= memory
@@ -253,3 +273,12 @@ def _peak(hw: HardwareDesc, expr) -> float:
     if dtype not in hw.compute:
         dtype = "float32"
     return hw.peak_flops(dtype)
+
+
+def _measured_tiles(hw: HardwareDesc, geo: TileGeometry) -> tuple[TileThroughput, ...]:
+    """The probe's register-tile table, where it describes this op's inner loop: vector kernels (a CPU's
+    ``cols`` are a vector run along the last spatial axis) of ops that reuse data in registers."""
+    cal = hw.calibration
+    if cal is None or not cal.register_tiles or geo.vector_axis is None or not geo.reduce_mask.count(True):
+        return ()
+    return cal.register_tiles

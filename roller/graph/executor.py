@@ -32,6 +32,12 @@ class Executor:
         for name, array in self.graph.constants.items():
             v = self.graph.values[name]
             self.device.upload(self.buffers[self.plan.value_buffer[name]], dtype_of(v.dtype).to_storage(array))
+        for b in self.plan.buffers:
+            if b.fill is not None:
+                # The border of a padded buffer: each run's copy writes only the interior.
+                kind = dtype_of(self.plan.pads[b.id].dtype)
+                host = kind.to_storage(np.full(b.nbytes // kind.itemsize, b.fill, dtype=kind.host))
+                self.device.upload(self.buffers[b.id], host)
         self._constants_loaded = True
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -2,27 +2,33 @@
 
 Constants, inputs and outputs get buffers of their own; intermediates share a pool, reused by lifetime: a
 value's buffer returns to the pool after the last step that reads it (or any view of it), and a new value
-takes the smallest free buffer that holds it (or a new one). Views never get memory. The plan is plain data
+takes the smallest free buffer that holds it (or a new one). Views never get memory. Kernels that read
+padded copies of an input (``launch.json``'s ``pad``, a CPU's windows) read it from a buffer of its own, filled
+with the pad value once and copied into at each run; one such buffer serves every step with the same padded
+shape, padding and value, since each copy writes only the interior. The plan is plain data
 (``to_json``): the OpenCL executor here runs it, and the launchers of other backends can replay it from
 ``roller build``'s ``plan.json``.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from roller.dtypes import dtype as dtype_of
 from roller.graph.ir import CopyNode, Graph, OpNode, Piece, ViewNode
 from roller.graph.passes import alias_root, kernel_key
+from roller.program import pad_value_json
 
 
 @dataclass(frozen=True)
 class Buffer:
     id: int
     nbytes: int
-    role: str  # constant | input | output | intermediate
+    role: str  # constant | input | output | intermediate | padded
     values: tuple[str, ...]  # the values (roots) that live in it over the run
+    fill: float | None = None  # padded: the value it holds around the copies (written once, before the runs)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,30 @@ class CopyStep:
     node: str
 
 
+@dataclass(frozen=True)
+class InputPad:
+    """A kernel input read from a padded copy: the padded shape, padding (before, after) per dimension, the
+    value around the tensor, and the element type."""
+
+    shape: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]
+    value: float
+    dtype: str
+
+    @staticmethod
+    def from_launch(launch: dict[str, Any]) -> tuple[InputPad | None, ...]:
+        """Per input of a ``launch.json``, its padding, or None for an input read as it is."""
+        out: list[InputPad | None] = []
+        for a in launch["arguments"]:
+            if a["role"] != "input":
+                continue
+            p = a.get("pad")
+            out.append(None if p is None else InputPad(
+                tuple(a["shape"]), tuple(zip(p["before"], p["after"])), float(p["value"]),
+                a.get("dtype", "float32")))
+        return tuple(out)
+
+
 @dataclass
 class Plan:
     buffers: list[Buffer]
@@ -59,6 +89,7 @@ class Plan:
     inputs: list[str]
     outputs: list[str]
     kernels: dict[str, str] = field(default_factory=dict)  # kernel key -> kernel name
+    pads: dict[int, InputPad] = field(default_factory=dict)  # padded buffer -> its padding
 
     def bytes_by_role(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -75,7 +106,9 @@ class Plan:
         return {
             "inputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.inputs],
             "outputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.outputs],
-            "buffers": [{"id": b.id, "bytes": b.nbytes, "role": b.role, "values": list(b.values)}
+            "buffers": [{"id": b.id, "bytes": b.nbytes, "role": b.role, "values": list(b.values),
+                         **({"fill": pad_value_json(b.fill), "dtype": self.pads[b.id].dtype} if b.fill is not None
+                            else {})}
                         for b in self.buffers],
             "steps": [{"kind": "kernel", "kernel": self.kernels.get(s.kernel, s.kernel), "args": list(s.args),
                        "node": s.node} if isinstance(s, KernelStep) else
@@ -89,7 +122,9 @@ class Plan:
         }
 
 
-def plan(graph: Graph) -> Plan:
+def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = None) -> Plan:
+    """The plan of ``graph``; ``pads``: per kernel key, how its kernel reads each input (``InputPad``)."""
+    pads = pads or {}
     root = alias_root(graph)
     last_use: dict[str, int] = {}
     for i, n in enumerate(graph.nodes):
@@ -113,6 +148,20 @@ def plan(graph: Graph) -> Plan:
     free: list[int] = []   # pool buffers not in use
     live_until: dict[int, int] = {}
     steps: list[KernelStep | CopyStep] = []
+    padded: dict[tuple[InputPad, int], int] = {}  # (padding, which of the step's padded inputs) -> buffer
+
+    def padded_copy(value: str, pad: InputPad, nth: int, node: str) -> int:
+        key = (pad, nth)
+        if key not in padded:
+            padded[key] = new(math.prod(pad.shape) * dtype_of(pad.dtype).itemsize, "padded", value)
+            buffers[padded[key]] = Buffer(padded[key], buffers[padded[key]].nbytes, "padded", (), pad.value)
+        else:
+            holders[padded[key]].append(value)
+        src = graph.values[value]
+        piece = Piece(value, (0,) * len(src.shape), tuple(b for b, _ in pad.pads), src.shape)
+        steps.append(CopyStep(value_buffer[value], padded[key],
+                              rects(src.shape, pad.shape, piece, dtype_of(pad.dtype).itemsize), node))
+        return padded[key]
     for i, n in enumerate(graph.nodes):
         out = n.output
         if isinstance(n, ViewNode):
@@ -132,10 +181,19 @@ def plan(graph: Graph) -> Plan:
             live_until[bid] = last_use.get(out, i)
         value_buffer[out] = bid
         if isinstance(n, OpNode):
-            steps.append(KernelStep(kernel_key(n), tuple(value_buffer[v] for v in n.inputs) + (bid,), n.name))
+            key = kernel_key(n)
+            how = pads.get(key) or (None,) * len(n.inputs)
+            args, nth = [], 0
+            for v, pad in zip(n.inputs, how):
+                if pad is None:
+                    args.append(value_buffer[v])
+                else:
+                    args.append(padded_copy(v, pad, nth, n.name))
+                    nth += 1
+            steps.append(KernelStep(key, tuple(args) + (bid,), n.name))
         elif isinstance(n, CopyNode):
-            for src, rects in _copies(graph, n):
-                steps.append(CopyStep(value_buffer[src], bid, rects, n.name))
+            for src, boxes in _copies(graph, n):
+                steps.append(CopyStep(value_buffer[src], bid, boxes, n.name))
         # Release pool buffers whose last reader was this step (after the step: it still reads them).
         for b, until in list(live_until.items()):
             if until <= i:
@@ -144,8 +202,9 @@ def plan(graph: Graph) -> Plan:
     for v in graph.outputs:
         if v not in value_buffer:   # an output that is an input or a constant (or a view of one)
             value_buffer[v] = value_buffer[root[v]] if root[v] in value_buffer else value_buffer[v]
-    buffers = [Buffer(b.id, b.nbytes, b.role, tuple(holders[b.id])) for b in buffers]
-    return Plan(buffers, steps, value_buffer, list(graph.inputs), list(graph.outputs))
+    buffers = [Buffer(b.id, b.nbytes, b.role, tuple(holders[b.id]), b.fill) for b in buffers]
+    return Plan(buffers, steps, value_buffer, list(graph.inputs), list(graph.outputs),
+                pads={b: pad for (pad, _), b in padded.items()})
 
 
 def _copies(graph: Graph, node: CopyNode) -> list[tuple[str, tuple[Rect, ...]]]:

@@ -69,7 +69,12 @@ def regroup(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
     new_axes.sort(key=lambda a: (a.reduce, out_order.index(a.name) if a.name in out_order else len(out_order)))
     return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
                    axes=tuple(new_axes), body=body, source=expr.source or expr,
-                   preparation=Preparation("regroup", tuple(tuple(g) for g in groups)))
+                   preparation=Preparation("regroup", tuple(tuple(g) for g in groups), _pads_of(expr)))
+
+
+def _pads_of(expr: TensorExpr) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
+    """The pads an earlier step of the preparation recorded (a fusion keeps them)."""
+    return expr.preparation.pads if expr.preparation is not None else ()
 
 
 def _dims_groups(t: TensorDecl) -> list[list[str]]:
@@ -154,7 +159,59 @@ def _fuse(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
             axes.append(a)
     return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
                    axes=tuple(axes), body=body, source=expr.source or expr,
-                   preparation=Preparation("fuse", tuple(tuple(g) for g in groups)))
+                   preparation=Preparation("fuse", tuple(tuple(g) for g in groups), _pads_of(expr)))
+
+
+MAX_PAD_GROWTH = 4  # a padded copy holds at most this many times the tensor's elements...
+MAX_PAD_SLACK = 4096  # ...plus this many (small images under large windows)
+
+
+def window_pads(expr: TensorExpr) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per input whose reads can leave it (a window over padding: ``X[h+r-1]``), how much to pad each dimension
+    (before, after) so that every read over the axes' extents is inside. Inputs read through a view, and
+    plain indices, are left as they are."""
+    ext = expr.extents
+    out: dict[str, tuple[tuple[int, int], ...]] = {}
+    for t in expr.inputs:
+        if t.view is not None or t.orig_shape is not None:
+            continue
+        dims = []
+        for d, size in enumerate(t.shape):
+            lo, hi = 0, size - 1
+            for idx in expr.accesses(t.name):
+                if idx[d].plain_axis() is None:
+                    a, b = idx[d].span(ext)
+                    lo, hi = min(lo, a), max(hi, b)
+            dims.append((-lo, hi - (size - 1)))
+        padded = math.prod(s + b + a for s, (b, a) in zip(t.shape, dims))
+        # A window overhangs by about its size; a read that leaves the tensor by far more (an index built to
+        # wrap) keeps its bounds tests rather than a copy many times the tensor.
+        if any(b or a for b, a in dims) and padded <= MAX_PAD_GROWTH * t.size + MAX_PAD_SLACK:
+            out[t.name] = tuple(dims)
+    return out
+
+
+def pad_inputs(expr: TensorExpr, pads: dict[str, tuple[tuple[int, int], ...]]) -> TensorExpr:
+    """``expr`` reading padded copies of the inputs in ``pads`` (a copy holds the pad value outside the tensor,
+    so the kernel reads it without a bounds test): each such input is declared with its padded shape and its
+    indices move by the padding before it. The copies are the caller's to make (``RProgram.pads``)."""
+    if not pads:
+        return expr
+    decls = []
+    for t in expr.inputs:
+        p = pads.get(t.name)
+        decls.append(t if p is None else TensorDecl(t.name, tuple(s + b + a for s, (b, a) in zip(t.shape, p)),
+                                                       t.dtype))
+
+    def moved(r: Read) -> Read:
+        p = pads.get(r.tensor)
+        if p is None:
+            return r
+        return Read(r.tensor, tuple(Affine(i.terms, i.const + b) for i, (b, _) in zip(r.index, p)), r.pos)
+
+    prep = (expr.preparation or Preparation("none", ())).with_pads(tuple(sorted(pads.items())))
+    return replace(expr, inputs=tuple(decls), body=map_reads(expr.body, moved), source=expr.source or expr,
+                   preparation=prep)
 
 
 def implicit_gemm(expr: TensorExpr) -> TensorExpr:
@@ -171,10 +228,16 @@ def implicit_gemm(expr: TensorExpr) -> TensorExpr:
     return regroup(expr, [spatial, reduce])
 
 
-def prepare(expr: TensorExpr, gemm_conv: bool = True) -> TensorExpr:
-    """The form construction works on: implicit GEMM for convolutions, axis fusion for everything else."""
+def prepare(expr: TensorExpr, gemm_conv: bool = True, pad: bool = False) -> TensorExpr:
+    """The form construction works on: implicit GEMM for convolutions, axis fusion for everything else; with
+    ``pad`` (kernels that read global memory directly: a CPU), windows read padded copies of their inputs
+    first (``window_pads``), so that no read needs a bounds test."""
     if expr.source is not None:
         return expr
+    if pad:
+        pads = window_pads(expr)
+        if pads:
+            return fuse_axes(pad_inputs(expr, pads))
     return implicit_gemm(expr) if gemm_conv else fuse_axes(expr)
 
 
@@ -184,8 +247,16 @@ def reprepare(src: TensorExpr, prep: Preparation | None) -> TensorExpr:
     ValueError when the recorded groups do not name ``src``'s axes."""
     if prep is None:
         return src
+    if prep.pads:
+        inputs = {t.name: t for t in src.inputs}
+        for name, dims in prep.pads:
+            if name not in inputs or len(dims) != len(inputs[name].shape) or inputs[name].view is not None:
+                raise ValueError(f"recorded pads of {name} do not match the inputs of {src.name}")
+        src = pad_inputs(src, dict(prep.pads))
     names = {a.name for a in src.axes}
     groups = [list(g) for g in prep.groups]
+    if prep.kind == "none" and not groups:
+        return src
     if not groups or any(a not in names for g in groups for a in g):
         raise ValueError(f"recorded preparation {prep.kind} {groups} does not match the axes of {src.name}")
     if prep.kind == "regroup":

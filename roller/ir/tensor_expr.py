@@ -49,15 +49,20 @@ class View:
 
 @dataclass(frozen=True)
 class Preparation:
-    """How construction's form of an op was derived from the op as written (``roller.ir.fuse``): the axis
-    groups fused, by a plain reshape of every tensor (``fuse``) or through views that gather (``regroup``,
-    the implicit GEMM of a convolution)."""
+    """How construction's form of an op was derived from the op as written (``roller.ir.fuse``): inputs read
+    from padded copies first (``pads``: per input, (before, after) per dimension of the tensor as written, so
+    that no read leaves it), then the axis groups fused, by a plain reshape of every tensor (``fuse``) or
+    through views that gather (``regroup``, the implicit GEMM of a convolution), or none (``none``)."""
 
-    kind: str  # "fuse" | "regroup"
+    kind: str  # "fuse" | "regroup" | "none"
     groups: tuple[tuple[str, ...], ...]
+    pads: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "groups": [list(g) for g in self.groups]}
+        doc: dict[str, object] = {"kind": self.kind, "groups": [list(g) for g in self.groups]}
+        if self.pads:
+            doc["pads"] = {t: [list(p) for p in dims] for t, dims in self.pads}
+        return doc
 
     @staticmethod
     def from_json(doc: object) -> Preparation | None:
@@ -68,7 +73,17 @@ class Preparation:
                 not isinstance(doc.get("groups"), list) or \
                 not all(isinstance(g, list) and all(isinstance(a, str) for a in g) for g in doc["groups"]):
             raise ValueError(f"bad preparation record {doc!r}")
-        return Preparation(doc["kind"], tuple(tuple(g) for g in doc["groups"]))
+        pads = doc.get("pads", {})
+        if not isinstance(pads, dict) or not all(
+                isinstance(dims, list) and all(isinstance(p, list) and len(p) == 2 and
+                                               all(isinstance(x, int) and x >= 0 for x in p) for p in dims)
+                for dims in pads.values()):
+            raise ValueError(f"bad pads in preparation record {doc!r}")
+        return Preparation(doc["kind"], tuple(tuple(g) for g in doc["groups"]),
+                           tuple((str(t), tuple((int(p[0]), int(p[1])) for p in dims)) for t, dims in pads.items()))
+
+    def with_pads(self, pads: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]) -> Preparation:
+        return Preparation(self.kind, self.groups, pads)
 
 
 @dataclass(frozen=True)

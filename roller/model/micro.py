@@ -110,7 +110,7 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
         # peak: on PoCL it is 5-225 GFLOP/s by tile shape against the description's 468 GFLOP/s peak. Guarded reads
         # and reads gathered lane by lane take the gathered table (docs/model.md: on the measured candidates
         # of the vector kernels, either test alone scored 59% top-1 within 10%, both together 61%).
-        rows, cols = _register_tile(geo, tiles[thread_level])
+        rows, cols = register_tile(geo, tiles[thread_level])
         gathered = geo.guarded_reads or geo.lane_gathers
         peak = cal.tile_flops(rows, cols, gathered) or peak
         edge = _edge_share(geo, tiles[block_level], tiles[thread_level])
@@ -217,7 +217,7 @@ def _edge_share(geo: TileGeometry, block_tile: tuple[int, ...], thread_tile: tup
     return (runs - extent // cols) / runs
 
 
-def _register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:
+def register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:
     """(rows, cols) of a thread's accumulators: cols is the run along the last spatial axis (what the CPU
     kernels vectorise), rows the rest."""
     cols = 1 if geo.vector_axis is None else thread_tile[geo.vector_axis]

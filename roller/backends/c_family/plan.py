@@ -166,6 +166,8 @@ class KernelPlan:
     blocked: bool = False  # threads own contiguous runs (CPU SIMD within a thread) instead of strided ones
     reduce_points: int = 1  # unstaged reductions: every point of the reduction, walked by each thread
     reduce_decode: list[tuple[str, int, int]] = field(default_factory=list)  # (axis, divisor, extent)
+    # unstaged reductions as nested loops, outermost first: (axis, extent, unroll: 0 none, -1 full, else N)
+    reduce_loops: list[tuple[str, int, int]] = field(default_factory=list)
     vec: VecPlan | None = None
     notes: list[str] = field(default_factory=list)
     vcombine: str = ""  # combine over vectors (the vector path's accumulators)
@@ -386,7 +388,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     vec = _vec_plan(expr, spatial, inputs, out, d) if blocked and not staged and d.vector_loads else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
-        reduce_points=red_div, reduce_decode=reduce_decode,
+        reduce_points=red_div, reduce_decode=reduce_decode, reduce_loops=reduce_loops(reduce),
         spatial=spatial, reduce=reduce, inputs=inputs, output=out, staged=staged,
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
@@ -396,6 +398,24 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         body=body, out_index=out_index,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec)
+
+
+#: an unstaged reduction's innermost loop is unrolled whole up to this many points (a 3x3 window's 3), else by
+#: UNROLL_STEP; outer loops are not unrolled
+UNROLL_WHOLE = 8
+UNROLL_STEP = 8
+
+
+def reduce_loops(reduce: list[AxisPlan]) -> list[tuple[str, int, int]]:
+    """The loop nest that walks an unstaged reduction, one loop per reduction axis, outermost first. Nested
+    loops with constant trip counts, not one flat loop that decodes each point: the compiler then moves each
+    address's outer terms out of the inner loops (a 3x3 convolution on PoCL: 200 GFLOP/s nested, 92-135 flat
+    with the same tile)."""
+    loops = [(ax.name, ax.extent, 0) for ax in reduce]
+    if loops:
+        name, ext, _ = loops[-1]
+        loops[-1] = (name, ext, -1 if ext <= UNROLL_WHOLE else UNROLL_STEP)
+    return loops
 
 
 def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan], out: TensorPlan,
@@ -418,7 +438,8 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
         reads = {}
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
-                reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, width, vtype, expr.pad_value, d, clamp)
+                reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, ax.extent, width, vtype, expr.pad_value, d,
+                                                     clamp)
         def axis_v(a: str) -> str:
             lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
             return f"(({vtype})((float){var_global(a)}){lanes})"
@@ -457,8 +478,8 @@ def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis:
     return sum(i.coefs.get(axis, 0) * s for i, s in zip(idx, strides))
 
 
-def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int, vtype: str, pad: float,
-                 d: Dialect, clamp: dict[str, int]) -> str:
+def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent: int, width: int, vtype: str,
+                 pad: float, d: Dialect, clamp: dict[str, int]) -> str:
     """``width`` adjacent points of one read along ``axis``: one broadcast element, one vector load, or (a
     view, a stride, a guard that differs from lane to lane, a run across the axis's end) the lanes' scalar
     reads gathered into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the
@@ -481,15 +502,18 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int,
     # as one: the address is not clamped along the axis, and a test that the last lane is inside picks the
     # load; the vector across the end gathers its lanes clamped.
     rows = {a: n for a, n in clamp.items() if a != axis}
-    conds, offs = _global_address(tp, idx, var_global, rows, d)
+    # Inside the run (or a run wholly inside the axis) the lanes stay inside the axis's extent.
+    inside = {axis: axis_extent}
+    conds, offs = _global_address(tp, idx, var_global, rows, d, inside)
     load = f"vload{width}(0, {tp.name} + {offs})"
     ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp and any(
         i.plain_axis() == axis for i in idx) else []
     # A window that moves with the lanes (a convolution's w + s - 1): the lanes' indices are affine, so the
     # first and last lane inside the tensor means all are, and the run is one load; at a border, gather.
-    moving = any(_guarded(tp, dim, i) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
+    maxes = _maxes(tp, rows, inside)
+    moving = any(_guarded(tp, dim, i, maxes) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
     if moving:
-        ends += _global_address(tp, idx, lane(width - 1), rows, d)[0]
+        ends += _global_address(tp, idx, lane(width - 1), rows, d, inside)[0]
     if ends:
         return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {gathered()})"
     if conds:
@@ -516,24 +540,42 @@ def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
     return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), _strides(t.shape))
 
 
-def _guarded(tp: TensorPlan, dim: int, i: Affine) -> bool:
-    """Whether an index can leave the tensor (a window, a stride, an offset): it is tested, and outside
-    reads give the pad value."""
-    return i.plain_axis() is None and bool(i.terms or not 0 <= i.const < tp.sizes[dim])
+def _maxes(tp: TensorPlan, clamp: dict[str, int] | None, exact: dict[str, int] | None = None) -> dict[str, int]:
+    """The largest value each axis variable takes in a read: an axis in ``clamp`` is clamped to its extent
+    (points past the end compute values that are never stored), an axis in ``exact`` stays inside its extent
+    on its own (a vector run wholly inside), others run to the end of their tiles (``tp.ranges``)."""
+    out = dict(tp.ranges)
+    for ax, n in {**(clamp or {}), **(exact or {})}.items():
+        out[ax] = n - 1
+    return out
+
+
+def _guarded(tp: TensorPlan, dim: int, i: Affine, maxes: dict[str, int]) -> bool:
+    """Whether an index can leave the tensor for axis values in [0, ``maxes``] (a window over padding, an
+    offset, a stride past the end): it is tested, and outside reads give the pad value. An input read from a
+    padded copy (``RProgram.pads``) never leaves it, so its windows need no test."""
+    lo = hi = i.const
+    for ax, c in i.terms:
+        reach = c * max(maxes.get(ax, 0), 0)
+        lo += min(0, reach)
+        hi += max(0, reach)
+    return lo < 0 or hi >= tp.sizes[dim]
 
 
 def _global_address(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str],
-                    clamp: dict[str, int] | None, d: Dialect) -> tuple[list[str], str]:
-    """(bounds tests, flat offset) of a plain tensor's read."""
+                    clamp: dict[str, int] | None, d: Dialect,
+                    exact: dict[str, int] | None = None) -> tuple[list[str], str]:
+    """(bounds tests, flat offset) of a plain tensor's read. Axis variables in ``clamp`` are clamped into
+    their extent wherever they appear (an overhanging tile's reads stay where the tile's last point reads)."""
     conds = []
     offs = []
+    maxes = _maxes(tp, clamp, exact)
+    clamped = (lambda ax: f"min({var(ax)}, {clamp[ax] - 1})" if ax in clamp else var(ax)) if clamp else var
     for dim, i in enumerate(idx):
         itype, utype = index_types(i, tp.ranges, d)
-        c = _affine_c(i, var, "" if itype == "int" else itype)
         plain = i.plain_axis()
-        if plain is not None and clamp and plain in clamp:
-            c = f"min({var(plain)}, {clamp[plain] - 1})"
-        elif _guarded(tp, dim, i):
+        c = clamped(plain) if plain is not None else _affine_c(i, clamped, "" if itype == "int" else itype)
+        if _guarded(tp, dim, i, maxes):
             conds.append(f"({utype})({c}) < {tp.sizes[dim]}u")
         offs.append(f"({c}) * {tp.strides[dim]}" if tp.strides[dim] != 1 else f"({c})")
     return conds, " + ".join(offs) or "0"
