@@ -27,6 +27,7 @@ from roller.evaluate import Progress, require_device
 from roller.graph import Graph, InputPad, OpNode, Plan, kernel_key, plan, unique_kernels
 from roller.graph.executor import Executor
 from roller.graph.memory import KernelStep
+from roller.graph.passes import pack_constants
 from roller.hw import HardwareDesc
 
 #: a model's output may differ from the reference by this much of the element's magnitude, plus MODEL_ATOL of
@@ -218,7 +219,11 @@ def build_kernels(graph: Graph, hw: HardwareDesc, backend: Any, top_k: int = 10,
                   compile_here: bool | None = None) -> tuple[dict[str, Kernel], int]:
     """(kernel key -> kernel, cache hits): one kernel per distinct operator, built ``jobs`` at a time (the
     device compilers release the interpreter while they work), compiled for this machine's device when the
-    backend can run here (``compile_here``), with a progress bar on stderr when it is a terminal."""
+    backend can run here (``compile_here``), with a progress bar on stderr when it is a terminal. First the
+    graph's weights are packed, in place, into the layouts construction chooses for their operators."""
+    from roller.construction.layout import choose_layout
+
+    pack_constants(graph, lambda expr, consts: choose_layout(expr, hw, consts, backend.matrix_support))
     todo = unique_kernels(graph)
     if compile_here is None:
         compile_here = backend.can_run_here()

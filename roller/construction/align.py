@@ -54,8 +54,12 @@ def block_sizes(extent: int, base: int, align: int, eps: float) -> list[int]:
             break
         if padding_ok(s, extent, eps):
             out.append(s)
-    if extent % base == 0 and extent not in out and extent >= base:
-        out.append(extent)
+    # A tile covering a dimension needs no alignment: the whole extent, or (when the thread's run does not
+    # divide it) the thread's run rounded up past it within the padding rule: a 7-wide axis with runs of 4
+    # is one block of 8, where the alignment would allow none.
+    cover = -(-extent // base) * base
+    if extent >= base and cover not in out and (cover == extent or padding_ok(cover, extent, eps)):
+        out.append(cover)
     return sorted(set(out))
 
 

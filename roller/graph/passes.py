@@ -1,9 +1,17 @@
-"""Graph passes: dead-step removal, and which operators share one kernel."""
+"""Graph passes: dead-step removal, weights packed into the layouts construction chooses, and which operators
+share one kernel."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
 
-from roller.graph.ir import CopyNode, Graph, OpNode, ViewNode
+import numpy as np
+
+from roller.graph.ir import CopyNode, Graph, OpNode, Value, ViewNode
+from roller.ir.tensor_expr import TensorExpr
+
+if TYPE_CHECKING:
+    from roller.construction.layout import PackedLayout
 
 
 def remove_dead(graph: Graph) -> Graph:
@@ -53,3 +61,43 @@ def step_count(graph: Graph) -> dict[str, int]:
     return {"kernels": sum(isinstance(n, OpNode) for n in graph.nodes),
             "copies": sum(isinstance(n, CopyNode) for n in graph.nodes),
             "views": sum(isinstance(n, ViewNode) for n in graph.nodes)}
+
+
+class Packing(Protocol):
+    """What ``pack_constants`` asks of construction: the packed form of an operator whose inputs named in
+    the tuple are constants, or None (``roller.construction.layout.choose_layout``)."""
+    def __call__(self, expr: TensorExpr, constants: tuple[str, ...]) -> PackedLayout | None: ...
+
+
+def pack_constants(graph: Graph, choose: Packing) -> int:
+    """Store weights in the layouts construction chooses for the operators that read them, once, at build
+    time: each chosen operator is rewritten to read its own transposed copy of the constant (the original
+    is dropped when nothing else reads it). Updates ``graph`` in place; returns how many operators changed."""
+    consumers = graph.consumers()
+    memo: dict[tuple[str, tuple[str, ...], tuple[str, ...]], PackedLayout | None] = {}
+    changed = 0
+    for pos, node in enumerate(graph.nodes):
+        if not isinstance(node, OpNode):
+            continue
+        consts = tuple(t.name for t, v in zip(node.expr.inputs, node.inputs) if v in graph.constants)
+        if not consts:
+            continue
+        key = (node.expr.content_hash(), tuple(t.name for t in node.expr.tensors), consts)
+        if key not in memo:
+            memo[key] = choose(node.expr, consts)
+        packed = memo[key]
+        if packed is None:
+            continue
+        i = [t.name for t in node.expr.inputs].index(packed.tensor)
+        old = node.inputs[i]
+        new = f"{old}.packed{''.join(map(str, packed.perm))}.{node.output}"
+        graph.constants[new] = np.ascontiguousarray(np.transpose(graph.constants[old], packed.perm))
+        graph.values[new] = Value(new, tuple(graph.constants[new].shape), graph.values[old].dtype)
+        inputs = node.inputs[:i] + (new,) + node.inputs[i + 1:]
+        graph.nodes[pos] = replace(node, expr=replace(packed.expr, name=node.expr.name),
+                                   inputs=inputs)
+        consumers[old].remove(node)
+        if not consumers[old] and old not in graph.outputs:
+            del graph.constants[old], graph.values[old]
+        changed += 1
+    return changed
