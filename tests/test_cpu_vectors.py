@@ -117,27 +117,6 @@ def test_moving_window_loads_a_vector_without_bounds_tests() -> None:
     assert body.startswith(f"(vload{n}(0, X + ") and "* 42 + (rl_g_w + rl_g_s))" in body and "?" not in body
 
 
-@pytest.mark.skipif(not OPENCL.can_run_here(), reason=OPENCL.why_not_here())
-@pytest.mark.parametrize("size,padding", [(13, "SAME"), (40, "SAME"), (17, "VALID"), (33, "VALID")])
-def test_stride_two_windows_load_the_even_lanes(size: int, padding: str) -> None:
-    """A stride-2 window reads the even lanes of one wider load (two for 16 lanes) where every lane and the
-    element past the last are inside the tensor, and gathers elsewhere: every vector candidate runs right
-    on PoCL, odd sizes and the tensor's last row included."""
-    op = load_op({"name": "dw", "op": "depthwise_conv2d", "N": 1, "C": 3, "H": size, "W": size, "KH": 3,
-                  "KW": 3, "stride": 2, "padding": padding})
-    x = random_inputs(op, seed=5)
-    ran = 0
-    for p in construct(op, CPU, top_k=12):
-        vec = lower(p, DIALECT).vec
-        if vec is None:
-            continue
-        assert ".even" in vec.flavors[0].body and "? " in vec.flavors[0].body
-        y = OPENCL.compile(OPENCL.render(p, CPU), CPU)([x[t.name] for t in op.inputs])
-        check_against(p.line(), op, x, y)
-        ran += 1
-    assert ran
-
-
 def test_runs_no_vector_width_divides_stay_scalar() -> None:
     p = _with_run({"op": "reduce", "kind": "min", "shape": [7, 97, 3], "axes": [1]}, 3)
     assert lower(p, DIALECT).vec is None

@@ -496,8 +496,6 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent
     def gathered() -> str:
         return f"({vtype})({', '.join(_global_read(tp, idx, lane(k), pad, d, clamp) for k in range(width))})"
 
-    if step == 2 and width > 1:
-        return _even_lanes(tp, idx, axis, axis_extent, width, pad, d, clamp, lane, gathered())
     if step != 1:
         return gathered()
     # In a run that crosses the axis's end (``axis`` in ``clamp``) the vectors wholly inside it still load
@@ -521,25 +519,6 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent
     if conds:
         return f"({' && '.join(conds)} ? {load} : ({vtype})({_c_float(pad, d)}))"
     return load
-
-
-def _even_lanes(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent: int, width: int, pad: float,
-                d: Dialect, clamp: dict[str, int], lane: Callable[[int], Callable[[str], str]],
-                gathered: str) -> str:
-    """A stride-2 run (a stride-2 window, 2w + s): the even lanes of twice as wide a contiguous load, where
-    every lane and the one element past the last are inside the tensor; else the lanes gathered. A depthwise
-    3x3 stride-2 convolution gathered its 16 lanes one by one at 0.1-0.3x onnxruntime on PoCL."""
-    rows = {a: n for a, n in clamp.items() if a != axis}
-    inside = {axis: axis_extent}
-    conds, offs = _global_address(tp, idx, var_global, rows, d, inside)
-    last_conds, last = _global_address(tp, idx, lane(width - 1), rows, d, inside)
-    ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp else []
-    ends += last_conds + [f"({last}) + 1 < {math.prod(tp.sizes)}"]
-    if width == 16:
-        load = f"(float16)(vload16(0, {tp.name} + {offs}).even, vload16(0, {tp.name} + {offs} + 16).even)"
-    else:
-        load = f"vload{2 * width}(0, {tp.name} + {offs}).even"
-    return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {gathered})"
 
 
 def var_global(ax: str) -> str:
