@@ -80,6 +80,7 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool) -> dict[st
     _ = m.executor
     row["compile_warm_s"] = time.perf_counter() - t
     row.update(m.summary())
+    row["model"] = name   # the zoo's name, not the exported graph's ("main_graph")
     check = m.check(feeds)
     row["max_abs_error"] = max(check["max_abs_error"].values())
     sess = ort_session(path)
