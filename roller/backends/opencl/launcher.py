@@ -208,12 +208,21 @@ class CLRunner(Runner):
             def copy(buf: Any = buf, src: Any = src, todo: Any = todo) -> Any:
                 ev = None
                 for r in todo:
-                    ev = cl.enqueue_copy(self.queue, buf, src, src_origin=(r.src_offset, 0, 0),
-                                         dst_origin=(r.dst_offset, 0, 0), region=r.region,
-                                         src_pitches=r.src_pitches, dst_pitches=r.dst_pitches)
+                    ev = enqueue_rect(cl, self.queue, buf, src, r.src_offset, r.dst_offset, r.region,
+                                      r.src_pitches, r.dst_pitches)
                 return ev
             out.append(copy)
         return out
+
+
+def enqueue_rect(cl: Any, queue: Any, dst: Any, src: Any, src_offset: int, dst_offset: int,
+                 region: tuple[int, int, int], src_pitches: tuple[int, int], dst_pitches: tuple[int, int]) -> Any:
+    """Enqueue one strided device copy (``roller.graph.memory.Rect``'s fields); its event."""
+    if region[1] == 1 and region[2] == 1:
+        return cl.enqueue_copy(queue, dst, src, byte_count=region[0], src_offset=src_offset, dst_offset=dst_offset)
+    # clEnqueueCopyBufferRect: origins are (bytes, rows, slices); an offset goes in the byte coordinate.
+    return cl.enqueue_copy(queue, dst, src, src_origin=(src_offset, 0, 0), dst_origin=(dst_offset, 0, 0),
+                           region=region, src_pitches=src_pitches, dst_pitches=dst_pitches)
 
 
 class CLDevice(Device):
@@ -239,13 +248,7 @@ class CLDevice(Device):
 
     def copy(self, dst: Any, src: Any, src_offset: int, dst_offset: int, region: tuple[int, int, int],
              src_pitches: tuple[int, int], dst_pitches: tuple[int, int]) -> None:
-        if region[1] == 1 and region[2] == 1:
-            self.cl.enqueue_copy(self.queue, dst, src, byte_count=region[0], src_offset=src_offset,
-                                 dst_offset=dst_offset)
-            return
-        # clEnqueueCopyBufferRect: origins are (bytes, rows, slices); an offset goes in the byte coordinate.
-        self.cl.enqueue_copy(self.queue, dst, src, src_origin=(src_offset, 0, 0), dst_origin=(dst_offset, 0, 0),
-                             region=region, src_pitches=src_pitches, dst_pitches=dst_pitches)
+        enqueue_rect(self.cl, self.queue, dst, src, src_offset, dst_offset, region, src_pitches, dst_pitches)
 
     def finish(self) -> None:
         self.queue.finish()
