@@ -7,7 +7,9 @@ compile time cold (a fresh kernel cache and a fresh PoCL cache, in a child proce
 cache, second compile), kernels launched and built, device copies, peak device memory; then latency of Roller's
 executor (device work of one run: inputs already uploaded) and of onnxruntime (graph optimisations on, 2
 intra-op threads, the run call), alternating, ``--rounds`` rounds of ``--repeat`` runs each, medians; outputs
-checked against onnxruntime first. Prints a markdown table; ``--json`` writes every number.
+checked against onnxruntime first. The same model compiled without fusion (``fuse="none"``, one kernel per
+operator) and with the rule-based fusion pass instead of the solver (``fuse="greedy"``) is timed in the same
+rounds. Prints a markdown table; ``--json`` writes every number.
 """
 from __future__ import annotations
 
@@ -84,13 +86,25 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool) -> dict[st
     check = m.check(feeds)
     row["max_abs_error"] = max(check["max_abs_error"].values())
     sess = ort_session(path)
+    unfused = roller.compile_model(path, hw=hw, fuse="none")
+    greedy = roller.compile_model(path, hw=hw, fuse="greedy")
+    row["kernels_launched_unfused"] = len(unfused.kernels)
+    row["kernels_launched_greedy"] = len(greedy.kernels)
+    row["max_abs_error_unfused"] = max(unfused.check(feeds)["max_abs_error"].values())
+    row["max_abs_error_greedy"] = max(greedy.check(feeds)["max_abs_error"].values())
+    row["fusion_greedy"] = greedy.summary()["fusion"]
     ours: list[float] = []
+    plain: list[float] = []
+    rule: list[float] = []
     theirs: list[float] = []
-    m.executor.run(feeds)
+    for variant in (m, unfused, greedy):
+        variant.executor.run(feeds)
     for _ in range(2):
         sess.run(None, feeds)
     for _ in range(rounds):
         ours.append(statistics.median(m.executor.time(feeds, repeat=repeat, warmup=1)))
+        plain.append(statistics.median(unfused.executor.time(feeds, repeat=repeat, warmup=1)))
+        rule.append(statistics.median(greedy.executor.time(feeds, repeat=repeat, warmup=1)))
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
@@ -99,6 +113,10 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool) -> dict[st
         theirs.append(statistics.median(times))
     row["roller_ms"] = statistics.median(ours) * 1e3
     row["ort_ms"] = statistics.median(theirs) * 1e3
+    row["unfused_ms"] = statistics.median(plain) * 1e3
+    row["greedy_ms"] = statistics.median(rule) * 1e3
+    row["greedy_rounds_ms"] = [x * 1e3 for x in rule]
+    row["unfused_rounds_ms"] = [x * 1e3 for x in plain]
     row["roller_rounds_ms"] = [x * 1e3 for x in ours]
     row["ort_rounds_ms"] = [x * 1e3 for x in theirs]
     row["slowdown"] = row["roller_ms"] / row["ort_ms"]
@@ -119,13 +137,27 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(n, args.hw, args.rounds, args.repeat, args.cold) for n in args.models]
     print(f"CPU: {cpu_name()} ({os.cpu_count()} cores); onnxruntime {ort.__version__}, 2 threads; "
           f"Roller on {args.hw}")
-    print("| model | Roller ms | onnxruntime ms | Roller / ORT | compile cold s | warm s | launches | kernels | "
-          "copies | peak MiB | max abs err |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | Roller ms (fused) | unfused ms | onnxruntime ms | fused / ORT | unfused / ORT | launches fused "
+          "(unfused) | kernels built | fusion pass s | compile cold s | warm s | copies | peak MiB | max abs err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['roller_ms']:.1f} | {r['ort_ms']:.1f} | {r['slowdown']:.1f}x | "
-              f"{r.get('compile_cold_s', float('nan')):.1f} | {r['compile_warm_s']:.2f} | {r['kernels_launched']} | "
-              f"{r['kernels_built']} | {r['copies']} | {r['peak_bytes'] / 2**20:.1f} | {r['max_abs_error']:.2g} |")
+        print(f"| {r['model']} | {r['roller_ms']:.1f} | {r['unfused_ms']:.1f} | {r['ort_ms']:.1f} | "
+              f"{r['slowdown']:.2f}x | {r['unfused_ms'] / r['ort_ms']:.2f}x | {r['kernels_launched']} "
+              f"({r['kernels_launched_unfused']}) | {r['kernels_built']} | {r['fusion']['seconds']:.2f} | "
+              f"{r.get('compile_cold_s', float('nan')):.1f} | {r['compile_warm_s']:.2f} | {r['copies']} | "
+              f"{r['peak_bytes'] / 2**20:.1f} | {r['max_abs_error']:.2g} |")
+    print()
+    print("| model | solver: kernels, predicted ms, measured ms | greedy: kernels, predicted ms, measured ms | "
+          "solver candidates | solver s | greedy s |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        fs, fg = r["fusion"], r["fusion_greedy"]
+        print(f"| {r['model']} | {fs['kernels_after']}, {fs['predicted_s'] * 1e3:.2f}, {r['roller_ms']:.1f} | "
+              f"{fg['kernels_after']}, {fg['predicted_s'] * 1e3:.2f}, {r['greedy_ms']:.1f} | {fs['candidates']} | "
+              f"{fs['seconds']:.2f} | {fg['seconds']:.2f} |")
+    geo = statistics.geometric_mean([r["slowdown"] for r in rows])
+    print(f"geomean Roller / onnxruntime: {geo:.2f}x fused, "
+          f"{statistics.geometric_mean([r['unfused_ms'] / r['ort_ms'] for r in rows]):.2f}x unfused")
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=2) + "\n")
     return 0

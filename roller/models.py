@@ -10,10 +10,11 @@ memory plan (``m.peak_bytes``); ``m.benchmark()`` times whole runs on the device
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +27,13 @@ from roller.errors import InputError
 from roller.evaluate import Progress, require_device
 from roller.graph import Graph, InputPad, OpNode, Plan, kernel_key, plan, unique_kernels
 from roller.graph.executor import Executor
+from roller.graph.fusion import FusionReport
+from roller.graph.fusion import fuse as fuse_graph
 from roller.graph.memory import KernelStep
+from roller.graph.orchestrate import orchestrate
 from roller.graph.passes import pack_constants
 from roller.hw import HardwareDesc
+from roller.ir.tensor_expr import TensorExpr
 
 #: a model's output may differ from the reference by this much of the element's magnitude, plus MODEL_ATOL of
 #: the output's largest magnitude: float32 rounding summed over tens of layers (ResNet-50's logits and BERT's
@@ -49,6 +54,7 @@ class Model:
     compile_s: float = 0.0
     cache_hits: int = 0
     source: Any = None  # the onnx.ModelProto it was imported from (onnxruntime checks it), if any
+    fusion: FusionReport | None = None  # what the fusion pass did (None: compiled with fuse=False)
     _executor: Executor | None = field(default=None, repr=False)
 
     @property
@@ -168,18 +174,22 @@ class Model:
                   "operators": len(self.graph.op_nodes), "values": len(self.graph.values)}
         return {"model": self.name, "hw": self.hw.name, "backend": self.backend.name, **counts,
                 "peak_bytes": self.peak_bytes, "bytes_by_role": self.plan.bytes_by_role(),
-                "compile_s": self.compile_s, "cache_hits": self.cache_hits}
+                "compile_s": self.compile_s, "cache_hits": self.cache_hits,
+                "fusion": None if self.fusion is None else dataclasses.asdict(self.fusion)}
 
 
 def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = None, top_k: int = 10, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, evaluate: bool = False, cache: bool = True,
-                  jobs: int | None = None, progress: bool | None = None) -> Model:
-    """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), build a kernel for each
-    distinct operator on ``hw`` with ``backend`` (default: the description's), and plan its memory."""
+                  jobs: int | None = None, progress: bool | None = None, fuse: bool | str = True) -> Model:
+    """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), fuse its operators into
+    kernels (``fuse``: "solver", the default, or True: the partition of least predicted time; "greedy": the
+    rule-based pass; "none" or False: one kernel per operator), build a kernel for each distinct operator on
+    ``hw`` with ``backend`` (default: the description's), and plan its memory."""
     from roller.frontends.onnx import import_model
 
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    method = fuse_method(fuse)
     hwd = resolve_hw(hw)
     be = _backends.for_hw(hwd, backend)
     t0 = time.perf_counter()
@@ -192,11 +202,56 @@ def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = No
         source, _ = load_model(model)
         graph = import_model(source, shapes)
         source = _with_shapes(source, shapes) if shapes else source
+    graph, fusion = fuse_model_graph(graph, hwd, be, method)
     kernels, hits = build_kernels(graph, hwd, be, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
                                   progress=progress)
     p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()})
     p.kernels = {key: k.name for key, k in kernels.items()}
-    return Model(graph, hwd, be, kernels, p, compile_s=time.perf_counter() - t0, cache_hits=hits, source=source)
+    return Model(graph, hwd, be, kernels, p, compile_s=time.perf_counter() - t0, cache_hits=hits, source=source,
+                 fusion=fusion)
+
+
+FUSE_METHODS = ("solver", "greedy", "none")
+
+
+def fuse_method(fuse: object) -> str:
+    """The fusion method a ``fuse`` option names (True: "solver", False: "none"); InputError otherwise."""
+    if fuse is True or fuse is False:
+        return "solver" if fuse else "none"
+    if isinstance(fuse, str) and fuse in FUSE_METHODS:
+        return fuse
+    raise InputError(f"fuse must be one of {', '.join(FUSE_METHODS)} (or True/False), got {fuse!r}",
+                     field="fuse")
+
+
+def fuse_model_graph(graph: Graph, hw: HardwareDesc, backend: Any, method: str) -> tuple[Graph, FusionReport | None]:
+    """``graph`` fused by ``method`` (``FUSE_METHODS``), costing operators with construction's best program for
+    ``hw`` as the micro-performance model predicts it; (graph, None) for "none"."""
+    if method == "none":
+        return graph, None
+    seconds = predicted_seconds(hw, backend.matrix_support)
+    if method == "solver":
+        return orchestrate(graph, seconds)
+    fused, report = fuse_graph(graph, lambda f, replaced: seconds(f) <= sum(seconds(e) for e in replaced))
+    report.predicted_s = sum(seconds(n.expr) for n in fused.op_nodes)
+    return fused, report
+
+
+def predicted_seconds(hw: HardwareDesc, matrix: Any) -> Callable[[TensorExpr], float]:
+    """An operator's time as construction's best program for it on ``hw`` is predicted to take (memoised by
+    content: a model's repeated layers are constructed once)."""
+    from roller.construction import construct
+
+    memo: dict[str, float] = {}
+
+    def seconds(expr: TensorExpr) -> float:
+        key = expr.content_hash()
+        if key not in memo:
+            pred = construct(expr, hw, top_k=1, matrix=matrix)[0].prediction
+            memo[key] = pred.time_s if pred is not None else float("inf")
+        return memo[key]
+
+    return seconds
 
 
 def _with_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> Any:

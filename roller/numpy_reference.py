@@ -67,7 +67,17 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
     out = _einsum(expr, data)
     if out is None:
         out = _general(expr, data)
-    return np.asarray(out, dtype=np_dtype(expr.output.dtype)).reshape(expr.output.shape)
+    if expr.epilogue is not None:
+        with np.errstate(all="ignore"):
+            out = _eval(expr.epilogue, _output_grids(expr), {**data, expr.output.name: out}, expr.pad_value)
+    return np.asarray(np.broadcast_to(out, expr.output.shape), dtype=np_dtype(expr.output.dtype))
+
+
+def _output_grids(expr: TensorExpr) -> dict[str, np.ndarray]:
+    """Each output axis's values, broadcast over the output's shape (the epilogue's iteration space)."""
+    axes = [i.plain_axis() for i in expr.out_index]
+    return {str(a): np.arange(expr.axis(str(a)).extent).reshape([-1 if i == j else 1 for j in range(len(axes))])
+            for i, a in enumerate(axes)}
 
 
 def random_inputs(op: OpLike, seed: int = 0) -> dict[str, np.ndarray]:
@@ -328,6 +338,10 @@ def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -
         total = err
         if expr.reduce_op == "sum" and points > 1:
             total = err + _gamma(points - 1, u) * (mag + err)
+        if expr.epilogue is not None:
+            seed = {expr.output.name: (np.asarray(ref), np.asarray(total))}
+            ref, total = _eval_err(expr.epilogue, _output_grids(expr), data, expr.pad_value, u, seed)
+            ref, total = np.broadcast_to(ref, expr.output.shape), np.broadcast_to(total, expr.output.shape)
         total = total * (1 + out_u) + 2 * out_u * np.abs(ref) + _TINY[expr.output.dtype]
         total = np.where(np.isnan(total), np.inf, total)
     shape = expr.output.shape
@@ -395,19 +409,23 @@ def _general_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float
     return acc, err_acc, mag_acc
 
 
-def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: float
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """(value, bound on the float32 evaluation's error) of a body, first order, as _eval evaluates it."""
+def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: float,
+              seeds: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(value, bound on the float32 evaluation's error) of a body, first order, as _eval evaluates it. A read
+    of a tensor in ``seeds`` (an epilogue's reduced value, read at the output's own index) is (value, error)
+    already computed."""
+    if seeds and isinstance(e, Read) and e.tensor in seeds:
+        return seeds[e.tensor]
     if isinstance(e, Const):
         return np.float64(e.value), np.float64(abs(e.value) * u if math.isfinite(e.value) else 0.0)
     if isinstance(e, (Read, AxisValue)):  # exact: inputs are the kernel's own values, axis values are small
         return _eval(e, env, data, pad), np.float64(0.0)
     if isinstance(e, Neg):
-        v, d = _eval_err(e.x, env, data, pad, u)
+        v, d = _eval_err(e.x, env, data, pad, u, seeds)
         return -v, d
     if isinstance(e, BinOp):
-        a, da = _eval_err(e.lhs, env, data, pad, u)
-        b, db = _eval_err(e.rhs, env, data, pad, u)
+        a, da = _eval_err(e.lhs, env, data, pad, u, seeds)
+        b, db = _eval_err(e.rhs, env, data, pad, u, seeds)
         if e.op in "+-":
             v = a + b if e.op == "+" else a - b
             return v, da + db + u * np.abs(v)
@@ -420,7 +438,7 @@ def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: fl
         spread = np.where(room > 0, (da + np.abs(v) * db) / np.where(room > 0, room, 1.0), np.inf)
         return v, spread + 2 * _DIV_ULPS * u * np.abs(v)
     if isinstance(e, Call):
-        pairs = [_eval_err(x, env, data, pad, u) for x in e.args]
+        pairs = [_eval_err(x, env, data, pad, u, seeds) for x in e.args]
         v = _call(e.fn, [p[0] for p in pairs])
         x, dx = pairs[0]
         ax, adx = np.abs(x), np.abs(dx)

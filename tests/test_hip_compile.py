@@ -21,7 +21,7 @@ from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = {name: load_ops(ROOT / f"bench/suites/{name}.json") for name in ("scaled", "roller119")}
+SUITES = {name: load_ops(ROOT / f"bench/suites/{name}.json") for name in ("scaled", "roller119", "fused")}
 
 
 def _hipcc_missing() -> str:

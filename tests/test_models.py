@@ -108,7 +108,7 @@ def test_identical_operators_share_one_kernel() -> None:
              helper.make_node("Relu", ["b"], ["c"])]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
                    [helper.make_tensor_value_info("c", TensorProto.FLOAT, [4, 6])], {})
-    m = roller.compile_model(model, hw="pocl-cpu")
+    m = roller.compile_model(model, hw="pocl-cpu", fuse=False)
     assert len(m.kernels) == 3 and len(m.by_key) == 2
     x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
     np.testing.assert_array_equal(m(x), np.maximum(-np.maximum(x, 0), 0))
@@ -216,7 +216,9 @@ def _model_arts(hw: str) -> tuple:
 
     hwd = load(hw)
     be = for_hw(hwd)
-    graph = import_model(ROOT / "examples/models/mini_resnet.onnx")
+    from roller.graph.fusion import fuse
+
+    graph, _ = fuse(import_model(ROOT / "examples/models/mini_resnet.onnx"))   # epilogues included
     kernels, _ = build_kernels(graph, hwd, be, compile_here=False)
     return hwd, [k.artifact for k in kernels.values()]
 

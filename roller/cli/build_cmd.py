@@ -51,6 +51,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="candidates to construct (default: 10)")
     p.add_argument("--shape", action="append", default=None, metavar="INPUT=D0,D1,...",
                    help="a model input's static shape (repeatable), where the model leaves it open")
+    p.add_argument("--fuse", choices=("solver", "greedy", "none"), default="solver",
+                   help="a model's operator fusion: the partition of least predicted time (solver, the "
+                        "default), the rule-based pass (greedy), or one kernel per operator (none)")
 
 
 def register(sub: Any) -> None:

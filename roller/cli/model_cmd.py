@@ -61,13 +61,14 @@ def _compile(args: argparse.Namespace, compile_here: bool) -> tuple[Any, Any, An
     from roller.backends import for_hw
     from roller.cli.hw_cmd import hw_from_args
     from roller.frontends.onnx import import_model
-    from roller.models import build_kernels
+    from roller.models import build_kernels, fuse_model_graph
 
     if getattr(args, "op_name", None):
         raise InputError("--op selects an op of an op file; a model is built whole", field="--op")
     hwd = hw_from_args(args)
     be = for_hw(hwd, args.backend)
-    graph = import_model(args.file, parse_shapes(getattr(args, "shape", None)))
+    graph, _ = fuse_model_graph(import_model(args.file, parse_shapes(getattr(args, "shape", None))), hwd, be,
+                                getattr(args, "fuse", "solver"))
     kernels, _ = build_kernels(graph, hwd, be, top_k=args.top_k, evaluate=getattr(args, "evaluate", False),
                                cache=getattr(args, "cache", True), compile_here=compile_here)
     return hwd, be, (graph, kernels)
@@ -142,10 +143,11 @@ def _dry_run(args: argparse.Namespace) -> int:
     from roller.construction import construct
     from roller.frontends.onnx import import_model
     from roller.graph import kernel_key, unique_kernels
+    from roller.models import fuse_model_graph
 
     hwd = hw_from_args(args)
     be = for_hw(hwd, args.backend)
-    graph = import_model(args.file, parse_shapes(args.shape))
+    graph, _ = fuse_model_graph(import_model(args.file, parse_shapes(args.shape)), hwd, be, args.fuse)
     uses: dict[str, int] = {}
     for n in graph.op_nodes:
         uses[kernel_key(n)] = uses.get(kernel_key(n), 0) + 1
@@ -180,7 +182,8 @@ def cmd_run_model(args: argparse.Namespace) -> int:
     hwd = hw_from_args(args)
     require_device(for_hw(hwd, args.backend), hwd, why="roller run")
     model = compile_model(args.file, hw=hwd, backend=args.backend, top_k=args.top_k,
-                          shapes=parse_shapes(args.shape), evaluate=args.evaluate, cache=args.cache)
+                          shapes=parse_shapes(args.shape), evaluate=args.evaluate, cache=args.cache,
+                          fuse=args.fuse)
     feeds = model.random_inputs()
     if args.inputs:
         given = load_npz(args.inputs)

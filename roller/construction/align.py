@@ -31,7 +31,8 @@ def padding_ok(size: int, extent: int, eps: float) -> bool:
 def transaction_alignment(expr: TensorExpr, layer: MemoryLayer) -> dict[str, int]:
     """Rule (b): per axis, the element count its size must be a multiple of (1 where unconstrained)."""
     align: dict[str, int] = {}
-    for t in expr.tensors:
+    # An epilogue's reads (a bias B[f]) happen once per output point: they constrain no tile.
+    for t in expr.body_inputs + (expr.output,):
         for idx in expr.accesses(t.name):
             if not idx:
                 continue

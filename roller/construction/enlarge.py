@@ -113,7 +113,7 @@ class Search:
             rows, cols = register_tile(geo, t)
             return any(m.rows <= rows and m.cols <= cols for m in self.near_best)
         compute = geo.tile_flops(t) / self.peak
-        memory = geo.tile_traffic(t, self.smem.transaction_bytes) / self.bw_smem
+        memory = geo.tile_traffic(t, self.smem.transaction_bytes, epilogue=False) / self.bw_smem
         return geo.output_elems(t) >= 2 and compute >= memory
 
     def thread_footprint(self, t: Tile) -> float:
@@ -197,7 +197,7 @@ class Search:
         if self.threads(thread, block) % self.warp_multiple:
             return False
         compute = geo.tile_flops(block) / self.peak
-        memory = geo.tile_traffic(block, self.outer.transaction_bytes) / self.bw_outer
+        memory = geo.tile_traffic(block, self.outer.transaction_bytes, epilogue=False) / self.bw_outer
         return compute >= memory
 
     def enlarge_block(self, thread: Tile, block: Tile, eps: float, sizes: list[list[int]], border: bool) -> None:
@@ -233,7 +233,7 @@ class Search:
                 with_scores: bool = False) -> list:
         """Enlargements of ``tile`` by one aligned step on one axis, best data-reuse score first."""
         geo = self.geo
-        q0 = geo.total_traffic(tile, transaction)
+        q0 = geo.total_traffic(tile, transaction, epilogue=False)
         f0 = footprint(tile)
         scored = []
         for i, s in enumerate(tile):
@@ -243,7 +243,7 @@ class Search:
             new = tile[:i] + (bigger[0],) + tile[i + 1:]
             if not ok(new):
                 continue
-            q1 = geo.total_traffic(new, transaction)
+            q1 = geo.total_traffic(new, transaction, epilogue=False)
             f1 = footprint(new)
             score = 0.0 if f1 == f0 else (q0 - q1) / (f1 - f0)
             scored.append((-score, i, new))

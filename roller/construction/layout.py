@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from roller.hw import HardwareDesc
-from roller.ir.expr import Read, map_reads
+from roller.ir.expr import Read
 from roller.ir.tensor_expr import TensorExpr
 
 # A packed variant must be predicted at least this much faster: the transposed copy of the weights costs
@@ -43,7 +43,7 @@ def packed_variants(expr: TensorExpr, constants: Iterable[str]) -> list[PackedLa
     if not spatial or expr.preparation is not None:
         return []
     out = []
-    for name in [t.name for t in expr.inputs if t.name in set(constants)]:
+    for name in [t.name for t in expr.body_inputs if t.name in set(constants)]:
         t = expr.tensor(name)
         accs = expr.accesses(name)
         if t.view is not None or len(accs) != 1 or len(t.shape) < 2:
@@ -53,7 +53,8 @@ def packed_variants(expr: TensorExpr, constants: Iterable[str]) -> list[PackedLa
             if axis not in spatial or (axis == spatial[-1] and d == len(t.shape) - 1) or \
                     expr.axis(axis).extent < MIN_LANES:
                 continue
-            if any(axis in expr.axes_of(o.name) for o in expr.inputs if o.name != name):
+            # An epilogue's reads (a bias, a residual) happen once per output point: they may gather.
+            if any(axis in expr.axes_of(o.name) for o in expr.body_inputs if o.name != name):
                 continue
             out.append(_pack(expr, name, d, axis))
     return out
@@ -70,7 +71,7 @@ def _pack(expr: TensorExpr, name: str, dim: int, axis: str) -> PackedLayout:
     spatial = [a for a in expr.axes if not a.reduce and a.name != axis] + [expr.axis(axis)]
     axes = tuple(spatial) + tuple(a for a in expr.axes if a.reduce)
     inputs = tuple(packed if i.name == name else i for i in expr.inputs)
-    new = dataclasses.replace(expr, inputs=inputs, axes=axes, body=map_reads(expr.body, reindex))
+    new = dataclasses.replace(expr.remap_reads(reindex), inputs=inputs, axes=axes)
     return PackedLayout(new, name, perm, axis)
 
 

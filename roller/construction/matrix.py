@@ -81,7 +81,8 @@ class GemmRoles:
 def gemm_roles(expr: TensorExpr) -> GemmRoles | None:
     """The GEMM roles of ``expr``, or None when it is not a plain product-sum over one reduction axis with
     plain (single-axis) indices everywhere: the shape the fragment path handles."""
-    if expr.reduce_op != "sum" or expr.pad_value != 0 or len(expr.reduce_axes) != 1 or len(expr.inputs) != 2:
+    if expr.reduce_op != "sum" or expr.pad_value != 0 or len(expr.reduce_axes) != 1 or \
+            len(expr.body_inputs) != 2:
         return None
     body = expr.body
     if not (isinstance(body, BinOp) and body.op == "*" and isinstance(body.lhs, Read)
@@ -118,7 +119,7 @@ def instructions(expr: TensorExpr, hw: HardwareDesc,
     if not expr.inputs or expr.acc_dtype != "float32" or gemm_roles(expr) is None:
         return []
     dtype = expr.inputs[0].dtype
-    if any(t.dtype != dtype for t in expr.inputs):
+    if any(t.dtype != dtype for t in expr.body_inputs):
         return []
     allowed = {(s.family, s.input_dtype, tuple(s.shape)) for s in support}
     found = []

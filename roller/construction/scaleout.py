@@ -43,7 +43,7 @@ def _half(size: int, align: int) -> int:
 def _lowest_reuse_axis(geo: TileGeometry, block: tuple[int, ...], transaction: int,
                        align: dict[str, int]) -> int | None:
     """The spatial axis whose halving costs the least extra traffic (the lowest reuse score)."""
-    q0 = geo.total_traffic(block, transaction)
+    q0 = geo.total_traffic(block, transaction, epilogue=False)
     best: tuple[float, int] | None = None
     for i, (s, r) in enumerate(zip(block, geo.reduce_mask)):
         a = align.get(geo.axis_names[i], 1)
@@ -51,7 +51,7 @@ def _lowest_reuse_axis(geo: TileGeometry, block: tuple[int, ...], transaction: i
         if r or s <= 1 or (a > 1 and s // 2 < a):
             continue
         half = block[:i] + (_half(s, a),) + block[i + 1:]
-        cost = geo.total_traffic(half, transaction) - q0
+        cost = geo.total_traffic(half, transaction, epilogue=False) - q0
         if best is None or cost < best[0]:
             best = (cost, i)
     return None if best is None else best[1]

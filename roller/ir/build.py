@@ -6,7 +6,7 @@ that errors can point a caret at the column.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
@@ -62,7 +62,15 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
                dtypes: dict[str, str] | None = None, pad_value: float = 0.0, kind: str = "generic",
                params: dict | None = None, extents: dict[str, int] | None = None,
                where: Where = Where()) -> TensorExpr:
-    """Parse and check ``text`` against ``shapes``; ``where`` points errors at the op's ``expr`` field."""
+    """Parse and check ``text`` against ``shapes``; ``where`` points errors at the op's ``expr`` field.
+
+    ``text`` may hold a second statement after ``;``: an epilogue applied to each reduced value before it is
+    stored (``Y[m,n] += A[m,k] * B[k,n]; Y[m,n] = relu(Y[m,n] + C[n])``), where the output read at its own
+    index is that value."""
+    main_text, sep, epi_text = text.partition(";")
+    if sep:
+        return _with_epilogue(name, text, len(main_text) + 1, epi_text, shapes, dtype=dtype, dtypes=dtypes,
+                              pad_value=pad_value, kind=kind, params=params, extents=extents, where=where)
     ew = where.at("expr")
     try:
         stmt = parse_statement(text)
@@ -190,6 +198,69 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
     return TensorExpr(name=name, kind=kind, output=out, out_index=tuple(Affine.axis(a) for a in out_axes),
                       inputs=inputs, axes=axes, reduce_op=reduce_op if red_axes else None, body=stmt.body,
                       pad_value=float(pad_value), params=tuple(sorted((params or {}).items())))
+
+
+def _with_epilogue(name: str, text: str, offset: int, epi_text: str, shapes: dict[str, list[int]] | None, *,
+                   dtype: str, dtypes: dict[str, str] | None, pad_value: float, kind: str, params: dict | None,
+                   extents: dict[str, int] | None, where: Where) -> TensorExpr:
+    """The op of ``text[:offset - 1]`` with the epilogue statement ``epi_text`` (at column ``offset``)."""
+    ew = where.at("expr")
+    try:
+        stmt = parse_statement(epi_text)
+    except ParseError as err:
+        raise expr_error(ew, text, err.pos + offset, err.message) from None
+    _check_names(stmt, epi_text, ew)
+    epi_reads = reads(stmt.body)
+    names = list(dict.fromkeys(r.tensor for r in epi_reads if r.tensor != stmt.output))
+    try:
+        main_reads = {r.tensor for r in reads(parse_statement(text[:offset - 1]).body)}
+    except ParseError:
+        main_reads = set()   # build_expr reports it
+    for t in names:
+        if t in main_reads:
+            pos = next(r.pos for r in epi_reads if r.tensor == t) + offset
+            raise expr_error(ew, text, pos, f"{t} is read by both statements; an epilogue's inputs are its own")
+    shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
+    main = build_expr(name, text[:offset - 1], {k: v for k, v in shapes.items() if k not in names}, dtype=dtype,
+                      dtypes={k: v for k, v in dtypes.items() if k not in names}, pad_value=pad_value, kind=kind,
+                      params=params, extents=extents, where=where)
+    out = main.output.name
+    if stmt.output != out or stmt.op != "=" or stmt.out_index != main.out_index:
+        raise expr_error(ew, text, stmt.out_pos + offset, f"an epilogue is '{main.statement().split(' ')[0]} = "
+                         "...' (the first statement's output, its index, and '=')")
+    for v in axis_values(stmt.body):
+        raise expr_error(ew, text, v.pos + offset, f"{v.axis!r}: an epilogue reads tensors, not axis values")
+    ext = main.extents
+    spatial = {a.name for a in main.spatial_axes}
+    decls = []
+    for t in names:
+        pos = next(r.pos for r in epi_reads if r.tensor == t) + offset
+        if t not in shapes:
+            raise expr_error(ew, text, pos, f"tensor {t!r} has no entry in 'shapes'")
+        _check_shape(shapes[t], where.at("shapes").at(t))
+        dt = dtypes.get(t, dtype)
+        if not isinstance(dt, str) or dt not in DTYPE_BYTES:
+            raise where.at(f"dtypes.{t}").error(f"expected one of {', '.join(DTYPE_BYTES)}, got {short(dt)}")
+        decls.append(TensorDecl(t, tuple(shapes[t]), dt))
+    for r in epi_reads:
+        if r.tensor == out:
+            if r.index != main.out_index:
+                raise expr_error(ew, text, r.pos + offset, f"the epilogue reads {out} at its own index only")
+            continue
+        shape = shapes[r.tensor]
+        if len(r.index) != len(shape):
+            raise expr_error(ew, text, r.pos + offset,
+                             f"{r.tensor} has rank {len(shape)} but is indexed with {len(r.index)} indices")
+        for d, idx in enumerate(r.index):
+            # The epilogue runs once per stored point, without bounds tests: every read must be inside.
+            if any(a not in spatial for a in idx.axes()):
+                raise expr_error(ew, text, r.pos + offset, f"index {idx} of {r.tensor}: an epilogue indexes "
+                                 f"with the output's axes ({', '.join(sorted(spatial))}) only")
+            lo, hi = idx.span(ext)
+            if lo < 0 or hi >= shape[d]:
+                raise expr_error(ew, text, r.pos + offset, f"index {idx} of {r.tensor} reaches {lo}..{hi}, "
+                                 f"outside dimension {d} of size {shape[d]}")
+    return replace(main, inputs=main.inputs + tuple(decls), epilogue=stmt.body)
 
 
 def _check_index_range(stmt: Statement, ext: dict[str, int], text: str, where: Where) -> None:

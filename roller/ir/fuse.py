@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from roller.ir.expr import Affine, Read, axis_values, map_reads
+from roller.ir.expr import Affine, Read, axis_values
 from roller.ir.tensor_expr import Axis, Preparation, TensorDecl, TensorExpr, View
 
 
@@ -63,12 +63,12 @@ def regroup(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
             raise ValueError(f"{t.name} is read with {len(accs)} different indices; cannot regroup")
         decls[t.name], indices[t.name] = view_of(t, accs[0])
     out, out_index = view_of(expr.output, expr.out_index)
-    body = map_reads(expr.body, lambda r: Read(r.tensor, indices[r.tensor], r.pos))
+    mapped = expr.remap_reads(lambda r: Read(r.tensor, indices[r.tensor], r.pos), out_index)
     # Output axes must lead in output order: the kernel writes the output tile in that order.
     out_order = [gname[g[0]] for g in _dims_groups(out)]
     new_axes.sort(key=lambda a: (a.reduce, out_order.index(a.name) if a.name in out_order else len(out_order)))
-    return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
-                   axes=tuple(new_axes), body=body, source=expr.source or expr,
+    return replace(mapped, output=out, inputs=tuple(decls[t.name] for t in expr.inputs),
+                   axes=tuple(new_axes), source=expr.source or expr,
                    preparation=Preparation("regroup", tuple(tuple(g) for g in groups), _pads_of(expr)))
 
 
@@ -147,7 +147,7 @@ def _fuse(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
         for acc in expr.accesses(t.name):
             decls[t.name], indices[(t.name, acc)] = reshape(t, acc)
     out, out_index = reshape(expr.output, expr.out_index)
-    body = map_reads(expr.body, lambda r: Read(r.tensor, indices[(r.tensor, r.index)], r.pos))
+    mapped = expr.remap_reads(lambda r: Read(r.tensor, indices[(r.tensor, r.index)], r.pos), out_index)
     axes = []
     for a in expr.axes:
         if a.name in first_of and first_of[a.name] != a.name:
@@ -157,8 +157,8 @@ def _fuse(expr: TensorExpr, groups: list[list[str]]) -> TensorExpr:
             axes.append(Axis(gname[a.name], math.prod(ext[x] for x in g), a.reduce))
         else:
             axes.append(a)
-    return replace(expr, output=out, out_index=out_index, inputs=tuple(decls[t.name] for t in expr.inputs),
-                   axes=tuple(axes), body=body, source=expr.source or expr,
+    return replace(mapped, output=out, inputs=tuple(decls[t.name] for t in expr.inputs),
+                   axes=tuple(axes), source=expr.source or expr,
                    preparation=Preparation("fuse", tuple(tuple(g) for g in groups), _pads_of(expr)))
 
 
@@ -210,7 +210,7 @@ def pad_inputs(expr: TensorExpr, pads: dict[str, tuple[tuple[int, int], ...]]) -
         return Read(r.tensor, tuple(Affine(i.terms, i.const + b) for i, (b, _) in zip(r.index, p)), r.pos)
 
     prep = (expr.preparation or Preparation("none", ())).with_pads(tuple(sorted(pads.items())))
-    return replace(expr, inputs=tuple(decls), body=map_reads(expr.body, moved), source=expr.source or expr,
+    return replace(expr.remap_reads(moved), inputs=tuple(decls), source=expr.source or expr,
                    preparation=prep)
 
 

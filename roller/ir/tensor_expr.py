@@ -8,11 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from roller.dtypes import DTYPES, OP_DTYPES
-from roller.ir.expr import Affine, Expr, Read, flop_count, reads
+from roller.ir.expr import Affine, Expr, Read, flop_count, map_reads, reads
 
 DTYPE_BYTES = {name: DTYPES[name].itemsize for name in OP_DTYPES}
 REDUCE_OPS = {"+=": "sum", "max=": "max", "min=": "min", "=": None}
@@ -124,6 +124,10 @@ class TensorExpr:
     acc_dtype: str = "float32"
     params: tuple[tuple[str, object], ...] = ()
     source: TensorExpr | None = field(default=None, compare=False)
+    # A fused epilogue (bias, activation, residual add...) applied to each reduced value before it is stored:
+    # reads of the output at ``out_index`` stand for that value; other reads index output axes only and name
+    # inputs the body does not read (``epilogue_inputs``), so kernels read them once per output point.
+    epilogue: Expr | None = None
     preparation: Preparation | None = field(default=None, compare=False)  # how ``source`` became this form
 
     # ---- axes -------------------------------------------------------------------------------------
@@ -161,10 +165,38 @@ class TensorExpr:
         if name == self.output.name:
             return [self.out_index]
         out: list[tuple[Affine, ...]] = []
-        for r in reads(self.body):
+        for r in self.input_reads():
             if r.tensor == name and r.index not in out:
                 out.append(r.index)
         return out
+
+    def input_reads(self) -> list[Read]:
+        """Every read of an input, in the body and then in the epilogue."""
+        epi = [r for r in reads(self.epilogue) if r.tensor != self.output.name] if self.epilogue is not None else []
+        return reads(self.body) + epi
+
+    @property
+    def body_inputs(self) -> tuple[TensorDecl, ...]:
+        """The inputs the body reads (what a reduction step stages); the rest are ``epilogue_inputs``."""
+        used = {r.tensor for r in reads(self.body)}
+        return tuple(t for t in self.inputs if t.name in used)
+
+    @property
+    def epilogue_inputs(self) -> tuple[TensorDecl, ...]:
+        used = {r.tensor for r in reads(self.body)}
+        return tuple(t for t in self.inputs if t.name not in used)
+
+    def remap_reads(self, fn: Callable[[Read], Expr], out_index: tuple[Affine, ...] | None = None) -> TensorExpr:
+        """The body and epilogue with every input read replaced by ``fn(read)``; the epilogue's reads of the
+        reduced value follow ``out_index`` (the output's new index, when a pass changed it)."""
+        new_out = self.out_index if out_index is None else out_index
+        out_name = self.output.name
+
+        def epi(r: Read) -> Expr:
+            return Read(out_name, new_out, r.pos) if r.tensor == out_name else fn(r)
+
+        return replace(self, body=map_reads(self.body, fn), out_index=new_out,
+                       epilogue=None if self.epilogue is None else map_reads(self.epilogue, epi))
 
     def axes_of(self, name: str) -> tuple[str, ...]:
         """Axes a tensor's accesses depend on, in axis order."""
@@ -201,7 +233,8 @@ class TensorExpr:
 
     @property
     def flops(self) -> int:
-        return self.tile_flops(self.extents)
+        epi = flop_count(self.epilogue) * math.prod(a.extent for a in self.spatial_axes) if self.epilogue else 0
+        return self.tile_flops(self.extents) + epi
 
     @property
     def bytes(self) -> int:
@@ -215,7 +248,8 @@ class TensorExpr:
     # ---- printing, hashing ------------------------------------------------------------------------
     def statement(self) -> str:
         out = f"{self.output.name}[{','.join(str(i) for i in self.out_index)}]"
-        return f"{out} {ASSIGN_OF[self.reduce_op]} {self.body}"
+        main = f"{out} {ASSIGN_OF[self.reduce_op]} {self.body}"
+        return main if self.epilogue is None else f"{main}; {out} = {self.epilogue}"
 
     def to_json(self) -> dict:
         """A generic op.json object that parses back to this expression (views are dropped: the
@@ -230,7 +264,7 @@ class TensorExpr:
             "pad_value": "-inf" if pad == float("-inf") else ("inf" if pad == float("inf") else pad),
         }
         # Axes that never index a dimension alone (a pooling window) cannot be inferred from the shapes.
-        plain = {i.plain_axis() for r in reads(src.body) for i in r.index} | {i.plain_axis() for i in src.out_index}
+        plain = {i.plain_axis() for r in src.input_reads() for i in r.index} | {i.plain_axis() for i in src.out_index}
         hidden = {a.name: a.extent for a in src.axes if a.name not in plain}
         if hidden:
             doc["extents"] = hidden
@@ -262,4 +296,4 @@ def _view_doc(v: View | None) -> object:
 
 
 def read_sites(expr: TensorExpr) -> list[Read]:
-    return reads(expr.body)
+    return expr.input_reads()

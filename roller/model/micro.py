@@ -130,8 +130,8 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
             per_block = geo.total_traffic(tile, layer.transaction_bytes) / grid
         elif i == block_level:
             per_block = geo.tile_traffic(tile, layer.transaction_bytes)
-        else:
-            per_block = geo.total_traffic(tile, layer.transaction_bytes) / grid
+        else:   # an epilogue's reads come from the outer layer, not through the block's
+            per_block = geo.total_traffic(tile, layer.transaction_bytes, epilogue=False) / grid
         t = rounds * per_block / (_served_bandwidth(geo, hw, i) / units) / latency_eff
         if i > block_level:
             t *= edge_slowdown   # a thread's own loads and stores, lane by lane at the edge

@@ -50,7 +50,10 @@ class TileGeometry:
                 dims.append(_Dim(tuple(sorted(coefs.items())), max(consts) - min(consts), size))
             tensors.append(_Tensor(t.name, t.itemsize, tuple(dims), t.name == expr.output.name))
         self.tensors = tuple(tensors)
-        self.inputs = tuple(t for t in self.tensors if not t.is_output)
+        # What a reduction step stages and holds: the body's inputs. An epilogue's inputs count in the traffic
+        # (``tensors``), read once per output point.
+        body = {t.name for t in expr.body_inputs}
+        self.inputs = tuple(t for t in self.tensors if t.name in body)
         self.output = next(t for t in self.tensors if t.is_output)
         self.flops_per_point = expr.flops_per_point
         self.total_bytes = expr.bytes   # stored sizes (a view's tensor once): what a cache has to hold
@@ -58,9 +61,9 @@ class TileGeometry:
         # with divisions, then bounds-checked) or along a window or stride (h + r - 1, 2h: checked against the
         # padding). Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against
         # 6-102 with plain loads (the model's calibrated compute, docs/model.md).
-        gathered = any(t.view is not None and not t.view.is_reshape() for t in expr.inputs)
+        gathered = any(t.view is not None and not t.view.is_reshape() for t in expr.body_inputs)
         windowed = any(i.terms and i.plain_axis() is None
-                       for t in expr.inputs for acc in expr.accesses(t.name) for i in acc)
+                       for t in expr.body_inputs for acc in expr.accesses(t.name) for i in acc)
         self.guarded_reads = gathered or windowed
         # Whether a read is gathered lane by lane where CPU kernels vectorise (along the last spatial axis, the
         # fastest-varying one of a thread's register tile): through a view that moves with the axis, or with a
@@ -70,7 +73,7 @@ class TileGeometry:
         self.vector_axis: int | None = spatial[-1] if spatial else None   # position in expr.axes
         axis = None if self.vector_axis is None else self.axis_names[self.vector_axis]
         self.lane_gathers = axis is not None and any(
-            _lane_gathered(t, idx, axis) for t in expr.inputs for idx in expr.accesses(t.name))
+            _lane_gathered(t, idx, axis) for t in expr.body_inputs for idx in expr.accesses(t.name))
 
     def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
         out = []
@@ -108,12 +111,14 @@ class TileGeometry:
             total += math.prod(reg) * t.itemsize
         return total
 
-    def tile_traffic(self, tile: tuple[int, ...], transaction_bytes: int = 1) -> int:
+    def tile_traffic(self, tile: tuple[int, ...], transaction_bytes: int = 1, epilogue: bool = True) -> int:
         """Bytes one tile moves from the layer above for its whole reduction: inputs plus the output once,
-        each row of a data tile rounded up to whole transactions."""
+        each row of a data tile rounded up to whole transactions. ``epilogue=False`` leaves out what an
+        epilogue reads (once per output point, from the outermost layer): construction ranks tiles by the
+        body's reuse, so a fused bias does not change the tiles of the convolution it follows."""
         full = self.full_reduce(tile)
         total = 0
-        for t in self.tensors:
+        for t in (self.tensors if epilogue else self.inputs + (self.output,)):
             reg = self.region(t, full)
             total += _rounded_bytes(reg, t.itemsize, transaction_bytes)
         return total
@@ -121,9 +126,9 @@ class TileGeometry:
     def num_tiles(self, tile: tuple[int, ...]) -> int:
         return math.prod(-(-e // t) for t, e, r in zip(tile, self.extents, self.reduce_mask) if not r)
 
-    def total_traffic(self, tile: tuple[int, ...], transaction_bytes: int = 1) -> int:
+    def total_traffic(self, tile: tuple[int, ...], transaction_bytes: int = 1, epilogue: bool = True) -> int:
         """Q(T): traffic of the whole operator when computed tile by tile."""
-        return self.num_tiles(tile) * self.tile_traffic(tile, transaction_bytes)
+        return self.num_tiles(tile) * self.tile_traffic(tile, transaction_bytes, epilogue)
 
     def tile_flops(self, tile: tuple[int, ...]) -> int:
         """Work of one tile over its whole reduction (padding included: padded points are computed)."""

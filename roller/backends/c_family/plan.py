@@ -121,6 +121,7 @@ class VecFlavor:
     lane_guard: str
     run_start: int | None = None
     skip: bool = False
+    epilogue: str = "rl_vr0"  # the vector stored, over the vector of reduced values rl_vr0
 
 
 @dataclass
@@ -171,6 +172,8 @@ class KernelPlan:
     vec: VecPlan | None = None
     notes: list[str] = field(default_factory=list)
     vcombine: str = ""  # combine over vectors (the vector path's accumulators)
+    epilogue: str = "rl_r"  # C expression of the value stored, over the reduced value rl_r
+    epilogue_inputs: list[TensorPlan] = field(default_factory=list)  # read by the epilogue only, unstaged
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -247,6 +250,17 @@ def render_body(e: Expr, d: Dialect, read: Callable[[Read], str], vtype: str = "
     raise TypeError(e)
 
 
+def render_epilogue(expr: TensorExpr, d: Dialect, plans: list[TensorPlan], value: str,
+                    read: Callable[[TensorPlan, tuple[Affine, ...]], str], vtype: str = "") -> str:
+    """The epilogue as a C expression over ``value`` (the reduced value, or a vector of them); ``value`` itself
+    where there is none."""
+    if expr.epilogue is None:
+        return value
+    by_name = {tp.name: tp for tp in plans}
+    return render_body(expr.epilogue, d, lambda r: value if r.tensor == expr.output.name else
+                       read(by_name[r.tensor], r.index), vtype)
+
+
 def combine_stmt(reduce_op: str | None, d: Dialect, vector: bool = False) -> str:
     """The statement folding ``{val}`` into ``{acc}`` (a template for str.format)."""
     if reduce_op == "sum":
@@ -321,7 +335,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     inputs: list[TensorPlan] = []
     read_exprs: dict[tuple[str, tuple[Affine, ...]], str] = {}
     smem_total = 0
-    for t in expr.inputs:
+    for t in expr.body_inputs:
         tp = _tensor_plan(t, d)
         accs = expr.accesses(t.name)
         if staged:
@@ -371,6 +385,16 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     # An axis's value: its global coordinate (tile start + local coordinate in a staged kernel).
     axis_c = (lambda a: f"((float)(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"((float){var_global(a)})")
     body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)], axis=axis_c)
+    # The epilogue runs where a point is stored, inside the store's guard: its reads index output axes within
+    # their extents, so they need neither staging nor bounds tests.
+    inside = {ax.name: ax.extent - 1 for ax in spatial}
+    epilogue_inputs = []
+    for t in expr.epilogue_inputs:
+        tp = _tensor_plan(t, d)
+        tp.ranges = inside
+        epilogue_inputs.append(tp)
+    epilogue = render_epilogue(expr, d, epilogue_inputs, "rl_r", lambda tp, idx: _global_read(
+        tp, idx, var_global, expr.pad_value, d))
     out = _tensor_plan(expr.output, d)
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
     init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
@@ -385,7 +409,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
     out.ranges = ranges
-    vec = _vec_plan(expr, spatial, inputs, out, d) if blocked and not staged and d.vector_loads else None
+    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if blocked and not staged and d.vector_loads \
+        else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode, reduce_loops=reduce_loops(reduce),
@@ -395,7 +420,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
         reduce_op=expr.reduce_op, acc_init=init, combine=combine,
         vcombine=combine_stmt(expr.reduce_op, d, True) if vec else "",
-        body=body, out_index=out_index,
+        body=body, out_index=out_index, epilogue=epilogue, epilogue_inputs=epilogue_inputs,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec)
 
@@ -418,8 +443,8 @@ def reduce_loops(reduce: list[AxisPlan]) -> list[tuple[str, int, int]]:
     return loops
 
 
-def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan], out: TensorPlan,
-              d: Dialect) -> VecPlan | None:
+def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
+              epilogue_inputs: list[TensorPlan], out: TensorPlan, d: Dialect) -> VecPlan | None:
     """The vector form of a CPU kernel's register tile, or None where it does not apply: no spatial axis, a
     last-axis thread run that no vector width divides, or a tensor that is not the accumulator's type (the
     vector path would need conversions)."""
@@ -446,6 +471,10 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
 
         return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype, axis_v)
 
+    def epilogue(clamp: dict[str, int]) -> str:
+        return render_epilogue(expr, d, epilogue_inputs, "rl_vr0", lambda tp, idx: _vector_read(
+            tp, idx, ax.name, ax.extent, width, vtype, expr.pad_value, d, clamp), vtype)
+
     def guard(axes: dict[str, int]) -> str:
         return " && ".join(f"rl_g_{a} < {n}" for a, n in axes.items())
 
@@ -454,7 +483,7 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     if contiguous:
         offset = " + ".join(f"({_affine_c(i, var_global)}) * {s}" if s != 1 else f"({_affine_c(i, var_global)})"
                             for i, s in zip(expr.out_index, out.strides))
-    inside = VecFlavor("", body(rows), offset, guard(rows), not offset, guard(rows))
+    inside = VecFlavor("", body(rows), offset, guard(rows), not offset, guard(rows), epilogue=epilogue(rows))
     flavors = [inside]
     if ax.name in partial:
         start = f"rl_s_{ax.name} + rl_t_{ax.name} * {ax.thread}"
@@ -469,7 +498,8 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
                 flavors.append(VecFlavor(f"{start} >= {ax.extent}", "", "", "", False, "", skip=True))
             # Across the axis's end, the vectors wholly inside are still stored as one.
             whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
-            flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial), run_start=cross))
+            flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial), run_start=cross,
+                                     epilogue=epilogue(partial)))
     return VecPlan(width, ax.name, vtype, flavors)
 
 

@@ -33,7 +33,7 @@ from roller.hw import HardwareDesc
 from roller.ir import load_ops
 
 NVIDIA_DESCRIPTIONS = ("v100", "a100", "h100", "h200")
-SUITES = ("scaled", "roller119")
+SUITES = ("scaled", "roller119", "fused")
 MATRIX_KINDS = ("matmul", "batch_matmul", "conv2d")
 REG_RANGE = (0.25, 3.5)
 REG_RANGE_MATRIX = (0.75, 2.0)

@@ -126,6 +126,10 @@ def context(p: GraphPlan, expr: TensorExpr, hw_target: str) -> dict[str, Any]:
     pad = render_body(Const(p.pad_value), DIALECT, lambda r: "")
     body = render_body(expr.body, DIALECT, lambda r: _read(tensors[r.tensor], r, expr.extents, pad),
                        axis=lambda a: f"((float)rl_g_{a})")
+    # The epilogue (a fused bias, activation...) over the reduced value, read from the same block slices.
+    epilogue = "rl_acc[rl_j]" if expr.epilogue is None else render_body(
+        expr.epilogue, DIALECT, lambda r: "rl_acc[rl_j]" if r.tensor == expr.output.name else
+        _read(tensors[r.tensor], r, expr.extents, pad))
     init, combine = _combine(expr.reduce_op if p.reduce else None)
     out_axes = [i.plain_axis() for i in expr.out_index]
     out_offs = []
@@ -138,7 +142,7 @@ def context(p: GraphPlan, expr: TensorExpr, hw_target: str) -> dict[str, Any]:
                         len(accs) > 1) for accs in t.dims] for t in p.tensors}
     cycles = max(1, p.thread_points * p.reduce_points * max(1, expr.flops_per_point))
     return {
-        "p": p, "fields": fields(p), "body": body, "acc_init": init, "combine": combine,
+        "p": p, "fields": fields(p), "body": body, "epilogue": epilogue, "acc_init": init, "combine": combine,
         "out_offset": " + ".join(out_offs) or "0", "strides": strides, "slices": slices,
         "guard": " || ".join(f"rl_g_{a.name} >= {a.extent}" for a in p.spatial if a.partial),
         "point": {a.name: _point(a) for a in p.spatial}, "target": hw_target, "cycles": cycles, "ns": f"rl_{p.op}",

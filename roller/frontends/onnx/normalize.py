@@ -147,7 +147,7 @@ def batch_norm(ctx: Context, node: onnx.NodeProto) -> None:
     shift = bias - mean * mul
     sv = ctx.add_const(mul.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":scale"))
     tv = ctx.add_const(shift.astype(np.float32).reshape(c), ctx.fresh(node.output[0] + ":shift"))
-    ctx.kernel(node, f"Y[{full}] = X[{full}] * S[{names[1]}] + T[{names[1]}]", {"X": x.name, "S": sv, "T": tv},
+    ctx.kernel(node, f"Y[{full}] = X[{full}] * S[{names[1]}] + H[{names[1]}]", {"X": x.name, "S": sv, "H": tv},
                node.output[0], x.shape, kind="batchnorm")
 
 

@@ -1,0 +1,138 @@
+"""Kernel orchestration by a solver (Korch, Apollo): which operators of a graph share a kernel, chosen as the
+partition of its operators into fused kernels with the least total predicted time, by a binary linear program.
+
+1. Candidates: from every operator, the fused operators that grow from it one neighbour at a time through the
+   fusion pass's rewrites (``fusion.fold_step``, ``fusion.inline_step``: each is legal, and its intermediates
+   are read only inside it), up to ``MAX_GROUP`` operators; each is one TensorExpr, costed by ``seconds``
+   (construction's best program, as the micro-performance model predicts it).
+2. ``scipy.optimize.milp`` picks candidates covering every operator exactly once at the least total predicted
+   time. Since a candidate's intermediates are read only inside it, any such cover is a valid graph: a
+   candidate's output operator depends on all of its members, so placing the fused operator where that one was
+   keeps the order.
+3. A cheap elementwise operator still read by several kernels is then inlined into each of them where the
+   model predicts no slowdown (its copies belong to no single kernel, so it is no part of the partition).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from roller.graph.fusion import FusionReport, _inline_one, _replace, _view_source, fold_step, inline_step
+from roller.graph.ir import Graph, OpNode
+from roller.graph.passes import remove_dead
+from roller.ir.tensor_expr import TensorExpr
+
+#: operators one candidate kernel may fuse
+MAX_GROUP = 8
+#: candidates enumerated per graph at most (the program stays small; every operator keeps its singleton)
+MAX_CANDIDATES = 5000
+
+
+@dataclass(frozen=True)
+class Candidate:
+    members: frozenset[int]   # positions, in ``graph.op_nodes``, of the operators it computes
+    node: OpNode
+    seconds: float
+
+
+def orchestrate(graph: Graph, seconds: Callable[[TensorExpr], float],
+                max_group: int = MAX_GROUP) -> tuple[Graph, FusionReport]:
+    """``graph`` partitioned into the fused kernels of least total predicted ``seconds``."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    t0 = time.perf_counter()
+    g = Graph(graph.name, list(graph.inputs), list(graph.outputs), dict(graph.values), dict(graph.constants),
+              list(graph.nodes))
+    report = FusionReport(len(g.op_nodes), 0, method="solver")
+
+    def no_slower(fused: TensorExpr, replaced: list[TensorExpr]) -> bool:
+        return seconds(fused) <= sum(seconds(e) for e in replaced)
+
+    ops = g.op_nodes
+    if not ops:   # a graph of copies and views only
+        report.seconds = time.perf_counter() - t0
+        return g, report
+    cands = candidates(g, seconds, max_group)
+    report.candidates = len(cands)
+    rows, cols = [], []
+    for j, c in enumerate(cands):
+        for i in c.members:
+            rows.append(i)
+            cols.append(j)
+    a = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(ops), len(cands)))
+    # milp needs finite costs: an operator the model cannot predict costs more than any it can
+    cost = np.array([c.seconds for c in cands])
+    finite = cost[np.isfinite(cost)]
+    cost[~np.isfinite(cost)] = 1.0 + 2 * (finite.sum() if finite.size else 1.0)
+    res = milp(cost, constraints=LinearConstraint(a, 1, 1),
+               integrality=np.ones(len(cands)), bounds=Bounds(0, 1))
+    if not res.success:   # the singletons always cover: only a solver failure lands here
+        raise RuntimeError(f"fusion solver failed on {graph.name}: {res.message}")
+    for chosen in np.flatnonzero(res.x > 0.5):
+        c = cands[int(chosen)]
+        if len(c.members) > 1:
+            _replace(g, [ops[i] for i in c.members], c.node)
+            report.merged += len(c.members) - 1
+    while _inline_one(g, no_slower, report, set(), only_shared=True):
+        pass
+    g = remove_dead(g)
+    g.check()
+    report.kernels_after = len(g.op_nodes)
+    report.predicted_s = sum(seconds(n.expr) for n in g.op_nodes)
+    report.seconds = time.perf_counter() - t0
+    return g, report
+
+
+def candidates(g: Graph, seconds: Callable[[TensorExpr], float], max_group: int = MAX_GROUP) -> list[Candidate]:
+    """Every operator alone, and the fused operators grown from each, up to ``max_group`` operators."""
+    ops = g.op_nodes
+    pos = {id(n): i for i, n in enumerate(ops)}
+    found: dict[frozenset[int], Candidate] = {}
+    for i, n in enumerate(ops):
+        found[frozenset([i])] = Candidate(frozenset([i]), n, seconds(n.expr))
+    stack = [(list(g.nodes), frozenset([i]), n) for i, n in enumerate(ops)]
+    while stack and len(found) < MAX_CANDIDATES:
+        nodes, members, cur = stack.pop()
+        if len(members) >= max_group:
+            continue
+        h = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, nodes)
+        for other, merged in _merges(h, cur):
+            grown = members | {pos[id(other)]}
+            if grown in found:
+                continue
+            found[grown] = Candidate(grown, merged, seconds(merged.expr))
+            after = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, list(nodes))
+            _replace(after, [cur, other], merged)
+            stack.append((after.nodes, grown, merged))
+    return list(found.values())
+
+
+def _merges(h: Graph, cur: OpNode) -> list[tuple[OpNode, OpNode]]:
+    """(an operator of the graph as given, the operator that computes it fused with ``cur``) for each legal
+    single rewrite between ``cur`` and a neighbour."""
+    producer = h.producer()
+    out = []
+    for n in h.consumers().get(cur.output, []):   # cur's epilogue grows by a consumer
+        if isinstance(n, OpNode):
+            node = fold_step(h, cur, n)
+            if node is not None:
+                out.append((n, node))
+    pairs = inline_step(h, cur)   # cur inlined into its one reader
+    if pairs is not None and len(pairs) == 1:
+        out.append(pairs[0])
+    for v in dict.fromkeys(cur.inputs):
+        p = producer.get(v)
+        if isinstance(p, OpNode):   # cur becomes its producer's epilogue
+            node = fold_step(h, p, cur)
+            if node is not None:
+                out.append((p, node))
+        src = producer.get(_view_source(h, v)[0])
+        if isinstance(src, OpNode):   # an elementwise producer inlined into cur
+            pairs = inline_step(h, src)
+            if pairs is not None and len(pairs) == 1 and pairs[0][0] is cur:
+                out.append((src, pairs[0][1]))
+    return out
