@@ -230,9 +230,10 @@ def fuse_model_graph(graph: Graph, hw: HardwareDesc, backend: Any, method: str) 
     if method == "none":
         return graph, None
     seconds = predicted_seconds(hw, backend.matrix_support)
+    rows = backend.row_kernels
     if method == "solver":
-        return orchestrate(graph, seconds)
-    fused, report = fuse_graph(graph, lambda f, replaced: seconds(f) <= sum(seconds(e) for e in replaced))
+        return orchestrate(graph, seconds, rows=rows)
+    fused, report = fuse_graph(graph, lambda f, replaced: seconds(f) <= sum(seconds(e) for e in replaced), rows)
     report.predicted_s = sum(seconds(n.expr) for n in fused.op_nodes)
     return fused, report
 

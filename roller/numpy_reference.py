@@ -64,6 +64,9 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
     else:
         bound = bind_inputs(expr, inputs)
     data = {k: np.asarray(v, dtype=np.float64) for k, v in bound.items()}
+    if expr.stages:
+        ref, _ = _rows_bound(expr, data, 0.0)
+        return np.asarray(np.broadcast_to(ref, expr.output.shape), dtype=np_dtype(expr.output.dtype))
     out = _einsum(expr, data)
     if out is None:
         out = _general(expr, data)
@@ -71,6 +74,30 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
         with np.errstate(all="ignore"):
             out = _eval(expr.epilogue, _output_grids(expr), {**data, expr.output.name: out}, expr.pad_value)
     return np.asarray(np.broadcast_to(out, expr.output.shape), dtype=np_dtype(expr.output.dtype))
+
+
+def _rows_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float) -> tuple[np.ndarray, np.ndarray]:
+    """(value, error bound) of a row kernel: each stage reduced over the column axes (its error as ``bound``
+    explains, with unit roundoff ``u``), then the body over them."""
+    env = _output_grids(expr)
+    axes = [str(i.plain_axis()) for i in expr.out_index]
+    shape = tuple(expr.axis(a).extent for a in axes)
+    rows = set(expr.row_axes)
+    cols = tuple(d for d, a in enumerate(axes) if a not in rows)
+    points = math.prod(shape[d] for d in cols)
+    seeds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    with np.errstate(all="ignore"):
+        for st in expr.stages:
+            val, err = _eval_err(st.body, env, data, expr.pad_value, u, seeds)
+            val, err = np.broadcast_to(val, shape), np.broadcast_to(err, shape)
+            if st.reduce_op == "sum":
+                mag = np.sum(np.abs(val), axis=cols, keepdims=True)
+                e = np.sum(err, axis=cols, keepdims=True)
+                seeds[st.name] = (np.sum(val, axis=cols, keepdims=True), e + _gamma(max(points - 1, 0), u) * (mag + e))
+            else:
+                fold = np.max if st.reduce_op == "max" else np.min
+                seeds[st.name] = (fold(val, axis=cols, keepdims=True), np.max(err, axis=cols, keepdims=True))
+        return _eval_err(expr.body, env, data, expr.pad_value, u, seeds)
 
 
 def _output_grids(expr: TensorExpr) -> dict[str, np.ndarray]:
@@ -330,8 +357,11 @@ def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -
     out_u = UNIT_ROUNDOFF[expr.output.dtype]
     points = math.prod(a.extent for a in expr.reduce_axes) if expr.reduce_op else 1
     with np.errstate(all="ignore"):
-        fast = _einsum_bound(expr, data, u)
-        if fast is not None:
+        fast = None if expr.stages else _einsum_bound(expr, data, u)
+        if expr.stages:
+            ref, err = _rows_bound(expr, data, u)
+            mag = np.abs(ref)
+        elif fast is not None:
             ref, err, mag = fast
         else:
             ref, err, mag = _general_bound(expr, data, u)

@@ -97,12 +97,15 @@ def test_prepared_form_serializes_to_its_source(obj):
 @pytest.mark.parametrize("obj", [o for _, o in ALL_OPS], ids=[i for i, _ in ALL_OPS])
 def test_statement_reparses_to_same_tree(obj):
     op = _one(obj)
-    main, _, epilogue = op.statement().partition(";")   # a fused op's epilogue is a second statement
+    # a row kernel's stages come first, a fused op's epilogue after the main statement
+    parts = op.statement().split(";")
+    stages, main, epilogue = parts[:len(op.stages)], parts[len(op.stages)], parts[len(op.stages) + 1:]
     stmt = parse_statement(main)
     assert stmt.body == op.body
     assert stmt.out_index == op.out_index
     assert str(op) == op.statement()
-    assert (parse_statement(epilogue).body if epilogue else None) == op.epilogue
+    assert (parse_statement(epilogue[0]).body if epilogue else None) == op.epilogue
+    assert [parse_statement(t).body for t in stages] == [st.body for st in op.stages]
 
 
 def test_content_hash_stable_across_independent_parses():

@@ -130,6 +130,9 @@ class Backend(abc.ABC):
     cache_env: ClassVar[tuple[str, ...]] = ()
     #: True when kernels of every description can run through it on a CPU here (shown in hints)
     runs_any_description: ClassVar[bool] = False
+    #: whether it renders row kernels (``TensorExpr.stages``: one-kernel softmax and layer norm); the fusion
+    #: pass builds them only for backends that do
+    row_kernels: ClassVar[bool] = True
 
     @abc.abstractmethod
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:

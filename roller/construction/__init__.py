@@ -14,9 +14,10 @@ from roller.construction.matrix import MatrixSupport, matrix_programs
 from roller.construction.scaleout import shrink_for_parallelism
 from roller.errors import InputError
 from roller.hw import HardwareDesc, load
+from roller.ir.expr import Affine, Const, map_reads, reads
 from roller.ir.fuse import prepare
 from roller.ir.opfile import OpLike, load_op
-from roller.ir.tensor_expr import TensorExpr
+from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.model.micro import predict, resources
 from roller.model.traffic import TileGeometry
 from roller.program import Prediction, RProgram, RTile, launch_counts
@@ -56,6 +57,8 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
         raise InputError(f"top_k must be at least 1, got {top_k}")
     hwd = load(hw) if isinstance(hw, str) else hw
     expr = op if isinstance(op, TensorExpr) else load_op(op)
+    if expr.stages:
+        return _row_programs(expr, hwd, top_k)
     block_level, thread_level = levels(hwd)
     # An exchange copies boxes of a tensor into a unit; the im2col view of an implicit GEMM reads no box (its
     # bounding box in the source can be several times the region construction counts), so convolutions stay
@@ -103,6 +106,42 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     if not ranked:
         raise InputError(_nothing_fits(expr, geo, hwd, block_level, search))
     return ranked[:top_k]
+
+
+def _row_programs(expr: TensorExpr, hw: HardwareDesc, top_k: int) -> list[RProgram]:
+    """A row kernel's programs: the tiles of its first stage as a reduction (rows spatial, the columns reduced,
+    each thread walking its rows' columns), which is the pass that reads the inputs from memory; the model's
+    time adds the last pass, which writes the output (the stages between re-read a row the first pass brought
+    into the thread's cache or registers)."""
+    rows = expr.row_axes
+    if tuple(a.name for a in expr.axes[:len(rows)]) != rows:
+        raise ValueError(f"{expr.name}: a row kernel's row axes lead its axes")
+    first = expr.stages[0]
+    used = {r.tensor for r in reads(first.body)}
+    axes = tuple(dataclasses.replace(a, reduce=a.name not in rows) for a in expr.axes)
+    proxy = TensorExpr(expr.name, "row_reduce", TensorDecl("Y", tuple(expr.axis(a).extent for a in rows)),
+                       tuple(Affine.axis(a) for a in rows), tuple(t for t in expr.inputs if t.name in used), axes,
+                       first.reduce_op, first.body, expr.pad_value)
+    # Already in the form the kernel walks: no axis fusion (rows and columns must stay apart).
+    proxy = dataclasses.replace(proxy, source=proxy)
+    names = {st.name for st in expr.stages}
+    last = dataclasses.replace(expr, stages=(), body=map_reads(expr.body, lambda r: Const(1.0) if r.tensor in names
+                                                               else r))
+    last = dataclasses.replace(last, inputs=tuple(t for t in last.inputs if t.name in {r.tensor for r in
+                                                                                       last.input_reads()}))
+    last_s = 0.0
+    if last.inputs:
+        pred = construct(last, hw, top_k=1)[0].prediction
+        last_s = pred.time_s if pred is not None else 0.0
+    out = []
+    for p in construct(proxy, hw, top_k=max(top_k, 4), gemm_conv=False):
+        if p.reduce_threads != 1 or p.prediction is None:
+            continue
+        out.append(dataclasses.replace(p, expr=expr, prediction=dataclasses.replace(
+            p.prediction, time_s=p.prediction.time_s + last_s)))
+    if not out:
+        raise InputError(f"{expr.name}: no program walks whole rows on {hw.name}")
+    return out[:top_k]
 
 
 def padding_time(expr: TensorExpr, hw: HardwareDesc) -> float:

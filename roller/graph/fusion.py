@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from roller.graph.ir import Graph, OpNode, ViewNode
 from roller.graph.passes import remove_dead
 from roller.ir.expr import Affine, AxisValue, Expr, Read, axis_values, flop_count, map_reads, reads, walk
-from roller.ir.tensor_expr import TensorDecl, TensorExpr
+from roller.ir.tensor_expr import Stage, TensorDecl, TensorExpr
 
 #: a producer recomputed in each of several readers costs at most this many operations per element
 MAX_DUPLICATED_FLOPS = 8
@@ -42,6 +42,7 @@ class FusionReport:
     kernels_after: int
     inlined: int = 0
     epilogues: int = 0
+    stages: int = 0  # reductions made stages of row kernels
     rejected: int = 0  # candidates the model predicted slower
     seconds: float = 0.0  # the pass's own time, the model's predictions included
     method: str = "greedy"  # or "solver" (roller.graph.orchestrate)
@@ -50,8 +51,9 @@ class FusionReport:
     predicted_s: float = 0.0  # the fused graph's kernels, predicted by the micro-performance model
 
 
-def fuse(graph: Graph, accept: Accept | None = None) -> tuple[Graph, FusionReport]:
-    """``graph`` with its elementwise operators fused (a new graph; constants are shared, not copied)."""
+def fuse(graph: Graph, accept: Accept | None = None, rows: bool = True) -> tuple[Graph, FusionReport]:
+    """``graph`` with its elementwise operators fused (a new graph; constants are shared, not copied); with
+    ``rows``, reductions read per row by an elementwise operator become its stages (row kernels)."""
     t0 = time.perf_counter()
     g = Graph(graph.name, list(graph.inputs), list(graph.outputs), dict(graph.values), dict(graph.constants),
               list(graph.nodes))
@@ -59,7 +61,8 @@ def fuse(graph: Graph, accept: Accept | None = None) -> tuple[Graph, FusionRepor
     rejected: set[tuple[str, ...]] = set()
     changed = True
     while changed:
-        changed = _fold_one(g, accept, report, rejected) or _inline_one(g, accept, report, rejected)
+        changed = _fold_one(g, accept, report, rejected) or _inline_one(g, accept, report, rejected) or \
+            (rows and _stage_one(g, accept, report, rejected))
     g = remove_dead(g)
     g.check()
     report.kernels_after = len(g.op_nodes)
@@ -106,6 +109,72 @@ def inline_step(g: Graph, p: OpNode) -> list[tuple[OpNode, OpNode]] | None:
     return out
 
 
+def stage_step(g: Graph, r: OpNode, e: OpNode) -> OpNode | None:
+    """The row kernel computing ``e`` with the reduction ``r`` as one more of its stages (softmax's maximum and
+    sum, layer norm's mean and variance), or None where ``r``'s output is read elsewhere, ``e`` does not read it
+    per row (its axes a subset of ``e``'s, the reduced ones matching ``e``'s others in extent and order), or
+    either reads outside a tensor."""
+    if e.expr.reduce_axes or e.expr.epilogue is not None or not r.expr.is_reduction or r.expr.epilogue is not None \
+            or r.expr.stages or r.output not in e.inputs or not _private(g, r.output, e) or \
+            axis_values(r.expr.body) or axis_values(e.expr.body) or not _inside(r.expr) or not _inside(e.expr):
+        return None
+    expr = e.expr
+    names = {t.name for t, v in zip(expr.inputs, e.inputs) if v == r.output}
+    accs = list(dict.fromkeys(i for t in sorted(names) for i in expr.accesses(t)))
+    if len(accs) != 1 or any(i.plain_axis() is None for i in accs[0]):
+        return None
+    rows = [str(i.plain_axis()) for i in accs[0]]
+    if expr.stages and set(rows) != set(expr.row_axes) or len(set(rows)) != len(rows):
+        return None
+    cols = [a for a in expr.axes if a.name not in rows]
+    red = list(r.expr.reduce_axes)
+    if [a.extent for a in red] != [a.extent for a in cols] or not cols:
+        return None
+    rename = {str(i.plain_axis()): a for i, a in zip(r.expr.out_index, rows)}
+    rename.update({a.name: c.name for a, c in zip(red, cols)})
+    order = [a.name for a in expr.axes if a.name in rows]
+    index = tuple(Affine.axis(a) for a in order)
+    taken = {t.name for t in expr.tensors} | {st.name for st in expr.stages}
+    fresh = _fresh_names([t.name for t in r.expr.inputs], taken)
+    stage_name = _fresh_names(["stage"], taken | set(fresh.values()))["stage"]
+    body = map_reads(r.expr.body, lambda q: Read(fresh[q.tensor], tuple(i.rename(rename) for i in q.index), q.pos))
+    stage = Stage(stage_name, str(r.expr.reduce_op), index, body)
+
+    def reader(q: Read) -> Expr:
+        return Read(stage_name, index, q.pos) if q.tensor in names else q
+
+    staged = expr.remap_reads(reader)
+    staged = replace(staged, body=map_reads(staged.body, reader),
+                     stages=(stage,) + tuple(replace(st, body=map_reads(st.body, reader)) for st in staged.stages))
+    inputs = [(t, v) for t, v in zip(expr.inputs, e.inputs) if t.name not in names]
+    inputs += [(TensorDecl(fresh[t.name], t.shape, t.dtype), v) for t, v in zip(r.expr.inputs, r.inputs)]
+    axes = tuple(a for a in expr.axes if a.name in rows) + tuple(cols)
+    fused = replace(staged, inputs=tuple(t for t, _ in inputs), axes=axes, source=None, preparation=None)
+    return OpNode(e.name, fused, tuple(v for _, v in inputs), e.output, f"{r.origin} + {e.origin}".strip(" +"))
+
+
+def _stage_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]]) -> bool:
+    """Make one reduction a stage of the row kernel that reads it; False when none can be."""
+    producer = g.producer()
+    for e in g.op_nodes:
+        for v in dict.fromkeys(e.inputs):
+            r = producer.get(v)
+            key = ("stage", v, e.output)
+            if not isinstance(r, OpNode) or key in rejected:
+                continue
+            node = stage_step(g, r, e)
+            if node is None:
+                continue
+            if accept is not None and not accept(node.expr, [r.expr, e.expr]):
+                rejected.add(key)
+                report.rejected += 1
+                continue
+            _replace(g, [r, e], node)
+            report.stages += 1
+            return True
+    return False
+
+
 def _fold_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]]) -> bool:
     """Fold one elementwise consumer into its producing reduction's epilogue; False when none can be."""
     producer = g.producer()
@@ -129,11 +198,11 @@ def _fold_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: s
 
 
 def _inline_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]],
-                only_shared: bool = False) -> bool:
-    """Inline one elementwise producer into all of its readers (``only_shared``: one with several readers);
-    False when none can be."""
+                only_shared: bool = False, keep: Callable[[Graph, OpNode], bool] | None = None) -> bool:
+    """Inline one elementwise producer into all of its readers (``only_shared``: one with several readers; not
+    one ``keep`` keeps); False when none can be."""
     for p in g.op_nodes:
-        if ("inline", p.output) in rejected:
+        if ("inline", p.output) in rejected or (keep is not None and keep(g, p)):
             continue
         pairs = inline_step(g, p)
         if pairs is None or (only_shared and len(pairs) < 2):
@@ -147,6 +216,21 @@ def _inline_one(g: Graph, accept: Accept | None, report: FusionReport, rejected:
         g.nodes[:] = [n for n in g.nodes if n is not p]
         report.inlined += 1
         return True
+    return False
+
+
+def foldable(g: Graph, p: OpNode) -> bool:
+    """Whether the elementwise ``p`` can join a reduction's epilogue: it folds into its producer, or into an
+    elementwise producer (read by ``p`` alone) that can."""
+    producer = g.producer()
+    for v in dict.fromkeys(p.inputs):
+        q = producer.get(v)
+        if not isinstance(q, OpNode):
+            continue
+        if q.expr.is_reduction and fold_step(g, q, p) is not None:
+            return True
+        if not q.expr.reduce_axes and _private(g, v, p) and foldable(g, q):
+            return True
     return False
 
 
@@ -231,7 +315,7 @@ def fold_epilogue(p: TensorExpr, c: TensorExpr, tnames: set[str]) -> TensorExpr 
     where ``c`` does not read it point for point or reads anything outside a tensor (padding)."""
     accs = list(dict.fromkeys(i for t in sorted(tnames) for i in c.accesses(t)))
     tname = min(tnames)
-    if len(accs) != 1 or c.reduce_axes or not _inside(c):
+    if len(accs) != 1 or c.reduce_axes or c.stages or p.stages or not _inside(c):
         return None
     plain = [i.plain_axis() for i in accs[0]]
     c_axes = [a.name for a in c.axes]
@@ -266,7 +350,8 @@ def inline_read(p: TensorExpr, c: TensorExpr, tname: str, read_shape: tuple[int,
     replaced by ``p``'s body, and ``p``'s tensor names -> the fresh names they have in ``c``; None where a read
     could leave ``tname`` (the pad value would then apply to ``p``'s result, not its inputs), ``p`` reads
     outside its inputs, or the shapes are not a split of ``p``'s output."""
-    if p.reduce_axes or p.epilogue is not None or not _inside(p) or any(isinstance(n, AxisValue) for n in walk(p.body)):
+    if p.reduce_axes or p.epilogue is not None or p.stages or c.stages or not _inside(p) or \
+            any(isinstance(n, AxisValue) for n in walk(p.body)):
         return None
     groups = _split(tuple(p.output.storage_shape), read_shape)
     p_out = [i.plain_axis() for i in p.out_index]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
 from roller.ir.parse import ParseError, Statement, parse_statement
-from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, TensorDecl, TensorExpr
+from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, Stage, TensorDecl, TensorExpr
 from roller.names import check_identifier, check_name
 
 MAX_ELEMENTS = 2**31 - 1
@@ -67,10 +67,19 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
     ``text`` may hold a second statement after ``;``: an epilogue applied to each reduced value before it is
     stored (``Y[m,n] += A[m,k] * B[k,n]; Y[m,n] = relu(Y[m,n] + C[n])``), where the output read at its own
     index is that value."""
-    main_text, sep, epi_text = text.partition(";")
-    if sep:
-        return _with_epilogue(name, text, len(main_text) + 1, epi_text, shapes, dtype=dtype, dtypes=dtypes,
-                              pad_value=pad_value, kind=kind, params=params, extents=extents, where=where)
+    if ";" in text:
+        parts = text.split(";")
+        outputs: list[str | None] = []
+        for part in parts:
+            try:
+                outputs.append(parse_statement(part).output)
+            except ParseError:
+                outputs.append(None)   # reported where the statement is built
+        if len(parts) == 2 and outputs[0] == outputs[1]:
+            return _with_epilogue(name, text, len(parts[0]) + 1, parts[1], shapes, dtype=dtype, dtypes=dtypes,
+                                  pad_value=pad_value, kind=kind, params=params, extents=extents, where=where)
+        return _with_stages(name, text, parts, shapes, dtype=dtype, dtypes=dtypes, pad_value=pad_value, kind=kind,
+                            params=params, extents=extents, where=where)
     ew = where.at("expr")
     try:
         stmt = parse_statement(text)
@@ -261,6 +270,66 @@ def _with_epilogue(name: str, text: str, offset: int, epi_text: str, shapes: dic
                 raise expr_error(ew, text, r.pos + offset, f"index {idx} of {r.tensor} reaches {lo}..{hi}, "
                                  f"outside dimension {d} of size {shape[d]}")
     return replace(main, inputs=main.inputs + tuple(decls), epilogue=stmt.body)
+
+
+def _with_stages(name: str, text: str, parts: list[str], shapes: dict[str, list[int]] | None, *, dtype: str,
+                 dtypes: dict[str, str] | None, pad_value: float, kind: str, params: dict | None,
+                 extents: dict[str, int] | None, where: Where) -> TensorExpr:
+    """A row kernel: statements ``S1[rows] op= ...; ...; Y[rows, cols] = ...`` where each but the last reduces
+    over the last one's other axes (``cols``), and later statements read earlier ones at ``rows``."""
+    ew = where.at("expr")
+    shapes, dtypes = dict(shapes or {}), dict(dtypes or {})
+    offsets = [sum(len(p) + 1 for p in parts[:i]) for i in range(len(parts))]
+    stmts = []
+    for part, off in zip(parts, offsets):
+        try:
+            stmts.append(parse_statement(part))
+        except ParseError as err:
+            raise expr_error(ew, text, err.pos + off, err.message) from None
+    *stage_stmts, last = stmts
+    names = [st.output for st in stage_stmts]
+    stage_shapes: dict[str, list[int]] = {}
+    built = []
+    for st, part, off in zip(stage_stmts, parts, offsets):
+        if st.op == "=" or names.count(st.output) > 1 or st.output in shapes or st.output == last.output:
+            raise expr_error(ew, text, st.out_pos + off, f"{st.output}: each statement before the last computes a "
+                             "per-row value of its own with +=, max= or min= (a name not in 'shapes')")
+        used = {r.tensor for r in reads(st.body)}
+        op = build_expr(name, part, {k: v for k, v in {**shapes, **stage_shapes}.items() if k in used},
+                        dtype=dtype, dtypes={k: v for k, v in dtypes.items() if k in used}, pad_value=pad_value,
+                        kind=kind, extents=extents, where=where)
+        stage_shapes[st.output] = list(op.output.shape)
+        built.append(op)
+    used = {r.tensor for r in reads(last.body)}
+    main = build_expr(name, parts[-1], {k: v for k, v in {**shapes, **stage_shapes}.items() if k in used or
+                                        k == last.output}, dtype=dtype,
+                      dtypes={k: v for k, v in dtypes.items() if k in used or k == last.output}, pad_value=pad_value,
+                      kind=kind, params=params, extents=extents, where=where)
+    off = offsets[-1]
+    if main.reduce_axes:
+        raise expr_error(ew, text, last.op_pos + off, "the last statement of a row kernel is elementwise ('=')")
+    index = stage_stmts[0].out_index
+    rows = {i.plain_axis() for i in index}
+    cols = {a.name: a.extent for a in main.axes if a.name not in rows}
+    for st, op, soff in zip(stage_stmts, built, offsets):
+        if st.out_index != index or {a.name: a.extent for a in op.reduce_axes} != cols or \
+                any(main.axis(str(a)).extent != op.axis(str(a)).extent for a in rows if a in main.extents):
+            raise expr_error(ew, text, st.out_pos + soff, f"{st.output} must be indexed [{','.join(map(str, index))}] "
+                             f"and reduce over the last statement's other axes ({', '.join(cols) or 'none'})")
+    for st, soff in list(zip(stage_stmts, offsets)) + [(last, off)]:
+        for r in reads(st.body):
+            if r.tensor in names and r.index != index:
+                raise expr_error(ew, text, r.pos + soff, f"{r.tensor} is read at its own index "
+                                 f"[{','.join(map(str, index))}] only")
+    unknown = [t for t in names if t not in {r.tensor for st in stmts[1:] for r in reads(st.body)}]
+    if unknown:
+        raise where.at("expr").error(f"{unknown[0]} is computed but never read")
+    stages = tuple(Stage(st.output, REDUCE_OPS[st.op] or "sum", index, st.body) for st in stage_stmts)
+    inputs = {t.name: t for op in built for t in op.inputs if t.name not in names}
+    inputs.update({t.name: t for t in main.inputs if t.name not in names})
+    # Row axes lead (construction tiles them; each thread walks the rest): the output keeps its own order.
+    axes = tuple(a for a in main.axes if a.name in rows) + tuple(a for a in main.axes if a.name not in rows)
+    return replace(main, inputs=tuple(inputs.values()), stages=stages, axes=axes)
 
 
 def _check_index_range(stmt: Statement, ext: dict[str, int], text: str, where: Where) -> None:

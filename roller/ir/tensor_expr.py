@@ -87,6 +87,21 @@ class Preparation:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """A per-row value a row kernel computes before its body (softmax's maximum and sum, layer norm's mean and
+    variance): ``name[index] reduce_op= body`` over the expression's axes, where ``index`` names the row axes
+    and every other axis of the expression is reduced. Later stages and the body read it as ``name[index]``."""
+
+    name: str
+    reduce_op: str  # "sum" | "max" | "min"
+    index: tuple[Affine, ...]
+    body: Expr
+
+    def statement(self) -> str:
+        return f"{self.name}[{','.join(str(i) for i in self.index)}] {ASSIGN_OF[self.reduce_op]} {self.body}"
+
+
+@dataclass(frozen=True)
 class TensorDecl:
     name: str
     shape: tuple[int, ...]
@@ -128,6 +143,9 @@ class TensorExpr:
     # reads of the output at ``out_index`` stand for that value; other reads index output axes only and name
     # inputs the body does not read (``epilogue_inputs``), so kernels read them once per output point.
     epilogue: Expr | None = None
+    # A row kernel's stages (an elementwise body that reads per-row reductions of its inputs, all in one kernel:
+    # each thread owns rows and walks their columns once per stage); () for every other operator.
+    stages: tuple[Stage, ...] = ()
     preparation: Preparation | None = field(default=None, compare=False)  # how ``source`` became this form
 
     # ---- axes -------------------------------------------------------------------------------------
@@ -171,19 +189,30 @@ class TensorExpr:
         return out
 
     def input_reads(self) -> list[Read]:
-        """Every read of an input, in the body and then in the epilogue."""
+        """Every read of an input: in the stages, the body and the epilogue."""
         epi = [r for r in reads(self.epilogue) if r.tensor != self.output.name] if self.epilogue is not None else []
-        return reads(self.body) + epi
+        names = {st.name for st in self.stages}
+        staged = [r for st in self.stages for r in reads(st.body) if r.tensor not in names]
+        return staged + [r for r in reads(self.body) if r.tensor not in names] + epi
+
+    @property
+    def row_axes(self) -> tuple[str, ...]:
+        """A row kernel's row axes (its stages' index), in axis order; () for other operators."""
+        if not self.stages:
+            return ()
+        used = {i.plain_axis() for i in self.stages[0].index}
+        return tuple(a.name for a in self.axes if a.name in used)
 
     @property
     def body_inputs(self) -> tuple[TensorDecl, ...]:
-        """The inputs the body reads (what a reduction step stages); the rest are ``epilogue_inputs``."""
-        used = {r.tensor for r in reads(self.body)}
+        """The inputs the body (and the stages) read: what a reduction step stages; the rest are
+        ``epilogue_inputs``."""
+        used = {r.tensor for r in reads(self.body)} | {r.tensor for st in self.stages for r in reads(st.body)}
         return tuple(t for t in self.inputs if t.name in used)
 
     @property
     def epilogue_inputs(self) -> tuple[TensorDecl, ...]:
-        used = {r.tensor for r in reads(self.body)}
+        used = {t.name for t in self.body_inputs}
         return tuple(t for t in self.inputs if t.name not in used)
 
     def remap_reads(self, fn: Callable[[Read], Expr], out_index: tuple[Affine, ...] | None = None) -> TensorExpr:
@@ -195,8 +224,14 @@ class TensorExpr:
         def epi(r: Read) -> Expr:
             return Read(out_name, new_out, r.pos) if r.tensor == out_name else fn(r)
 
-        return replace(self, body=map_reads(self.body, fn), out_index=new_out,
-                       epilogue=None if self.epilogue is None else map_reads(self.epilogue, epi))
+        names = {st.name for st in self.stages}
+
+        def inner(r: Read) -> Expr:
+            return r if r.tensor in names else fn(r)
+
+        return replace(self, body=map_reads(self.body, inner), out_index=new_out,
+                       epilogue=None if self.epilogue is None else map_reads(self.epilogue, epi),
+                       stages=tuple(replace(st, body=map_reads(st.body, inner)) for st in self.stages))
 
     def axes_of(self, name: str) -> tuple[str, ...]:
         """Axes a tensor's accesses depend on, in axis order."""
@@ -234,7 +269,8 @@ class TensorExpr:
     @property
     def flops(self) -> int:
         epi = flop_count(self.epilogue) * math.prod(a.extent for a in self.spatial_axes) if self.epilogue else 0
-        return self.tile_flops(self.extents) + epi
+        points = math.prod(a.extent for a in self.axes)
+        return self.tile_flops(self.extents) + epi + sum(flop_count(st.body) + 1 for st in self.stages) * points
 
     @property
     def bytes(self) -> int:
@@ -248,7 +284,7 @@ class TensorExpr:
     # ---- printing, hashing ------------------------------------------------------------------------
     def statement(self) -> str:
         out = f"{self.output.name}[{','.join(str(i) for i in self.out_index)}]"
-        main = f"{out} {ASSIGN_OF[self.reduce_op]} {self.body}"
+        main = "; ".join([st.statement() for st in self.stages] + [f"{out} {ASSIGN_OF[self.reduce_op]} {self.body}"])
         return main if self.epilogue is None else f"{main}; {out} = {self.epilogue}"
 
     def to_json(self) -> dict:

@@ -141,6 +141,17 @@ class VecPlan:
 
 
 @dataclass
+class StagePlan:
+    """One stage of a row kernel: ``var`` starts at ``init`` and folds ``body`` (a C expression of one column
+    point) with ``combine`` over the row's columns."""
+
+    var: str
+    init: str
+    combine: str
+    body: str
+
+
+@dataclass
 class KernelPlan:
     name: str
     grid: int
@@ -174,6 +185,9 @@ class KernelPlan:
     vcombine: str = ""  # combine over vectors (the vector path's accumulators)
     epilogue: str = "rl_r"  # C expression of the value stored, over the reduced value rl_r
     epilogue_inputs: list[TensorPlan] = field(default_factory=list)  # read by the epilogue only, unstaged
+    # a row kernel (TensorExpr.stages): threads own rows (``spatial``), ``reduce_loops`` walk the columns once per
+    # stage and once more to store
+    stages: list[StagePlan] = field(default_factory=list)
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -279,6 +293,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     each thread owns a contiguous run of every axis (``blocked``), which is what a CPU compiler turns into
     SIMD inside one work-item; on GPUs threads own strided runs, which is what coalesces a warp."""
     expr = prog.expr
+    if expr.stages:
+        return _lower_rows(prog, d, kernel_name)
     for t in expr.tensors:
         if t.dtype not in d.ctype:
             # Checked here for every C-family backend: a dtype without a type of its own must not be rendered as
@@ -425,6 +441,66 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         blocked=blocked, vec=vec)
 
 
+def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPlan:
+    """The plan of a row kernel: the program's tiles over the row axes (``RProgram`` of its first stage as a
+    reduction); each thread point is a row, whose columns every stage walks in nested loops, the last walk
+    storing. Reads are straight from global memory: a row's columns stay in the thread's cache between walks."""
+    expr = prog.expr
+    for t in expr.tensors:
+        if t.dtype not in d.ctype:
+            raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
+                             f"use {' or '.join(d.ctype)}", field="dtype")
+    rows = set(expr.row_axes)
+    b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
+    spatial = [AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i], -(-a.extent // b_tile[i]),
+                        0, 0, 0) for i, a in enumerate(expr.axes) if a.name in rows]
+    div_b = div_t = div_j = 1
+    for ax in reversed(spatial):
+        ax.bdiv, ax.tdiv, ax.jdiv = div_b, div_t, div_j
+        div_b *= ax.blocks
+        div_t *= ax.threads
+        div_j *= ax.thread
+    # Rows are tested against their extents before any read, and columns run exactly their extents.
+    exact = {a.name: a.extent - 1 for a in expr.axes}
+    plans = []
+    for t in expr.inputs:
+        tp = _tensor_plan(t, d)
+        tp.ranges = exact
+        plans.append(tp)
+    by_name = {tp.name: tp for tp in plans}
+    names = {st.name: f"rl_st_{st.name}" for st in expr.stages}
+
+    def read(r: Read) -> str:
+        if r.tensor in names:
+            return names[r.tensor]
+        return _global_read(by_name[r.tensor], r.index, var_global, expr.pad_value, d)
+
+    init = {"max": f"(-{d.infinity})", "min": d.infinity}
+    stages = [StagePlan(names[st.name], init.get(st.reduce_op, _c_float(0.0, d)), combine_stmt(st.reduce_op, d),
+                        render_body(st.body, d, read)) for st in expr.stages]
+    out = _tensor_plan(expr.output, d)
+    out.ranges = exact
+    scratchpad = prog.scopes[prog.block_level + 1] == "block"
+    return KernelPlan(
+        name=kernel_name or expr.name, grid=prog.grid, block=prog.block, acc_ctype=d.ctype[expr.acc_dtype],
+        out_ctype=d.ctype[expr.output.dtype], spatial=spatial, reduce=[], inputs=plans, output=out, staged=False,
+        n_rtiles=1, rstep_points=1, thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
+        reduce_op=None, acc_init=_c_float(0.0, d), combine="", body=render_body(expr.body, d, read),
+        out_index=[_affine_c(i, var_global) for i in expr.out_index], pad_value=_c_float(expr.pad_value, d),
+        reduce_guard="", smem_bytes=0, params=[(t.name, d.ctype[t.dtype], False) for t in expr.inputs] +
+        [(expr.output.name, d.ctype[expr.output.dtype], True)], blocked=not scratchpad,
+        reduce_loops=_unrolled([(a.name, a.extent, 0) for a in expr.axes if a.name not in rows]), stages=stages)
+
+
+def _unrolled(loops: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """``loops`` with the innermost unrolled as an unstaged reduction's is (whole when short, else by
+    UNROLL_STEP): left to itself, nvcc unrolled a 100-column layer norm into 128 registers."""
+    if loops:
+        name, ext, _ = loops[-1]
+        loops[-1] = (name, ext, -1 if ext <= UNROLL_WHOLE else UNROLL_STEP)
+    return loops
+
+
 #: an unstaged reduction's innermost loop is unrolled whole up to this many points (a 3x3 window's 3), else by
 #: UNROLL_STEP; outer loops are not unrolled
 UNROLL_WHOLE = 8
@@ -436,11 +512,7 @@ def reduce_loops(reduce: list[AxisPlan]) -> list[tuple[str, int, int]]:
     loops with constant trip counts, not one flat loop that decodes each point: the compiler then moves each
     address's outer terms out of the inner loops (a 3x3 convolution on PoCL: 200 GFLOP/s nested, 92-135 flat
     with the same tile)."""
-    loops = [(ax.name, ax.extent, 0) for ax in reduce]
-    if loops:
-        name, ext, _ = loops[-1]
-        loops[-1] = (name, ext, -1 if ext <= UNROLL_WHOLE else UNROLL_STEP)
-    return loops
+    return _unrolled([(ax.name, ax.extent, 0) for ax in reduce])
 
 
 def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from roller.backends import Artifact, Backend, Runner
 from roller.backends.ipu_poplar.codegen import render_all
 from roller.backends.ipu_poplar.plan import plan
-from roller.errors import ToolchainError
+from roller.errors import InputError, ToolchainError
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc
@@ -30,8 +30,14 @@ class PoplarBackend(Backend):
     # worker contexts per tile: the graph plan gives each tile's vertices that many workers
     required_parallelism = ("hardware_threads_per_unit",)
     cache_env = ("ROLLER_POPLAR_DEVICE",)
+    # A row kernel's stages would need a vertex that walks its rows' columns several times: not rendered yet
+    row_kernels = False
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
+        if prog.expr.stages:
+            raise InputError(f"{prog.expr.name}: the poplar backend does not render row kernels (an op with "
+                             "per-row stages, such as a one-kernel softmax); write the stages as separate ops",
+                             field="expr")
         gp = plan(prog, hw)
         files = render_all(gp, prog.expr)
         expr = prog.expr
