@@ -61,8 +61,9 @@ def fuse(graph: Graph, accept: Accept | None = None, rows: bool = True) -> tuple
     rejected: set[tuple[str, ...]] = set()
     changed = True
     while changed:
-        changed = _fold_one(g, accept, report, rejected) or _inline_one(g, accept, report, rejected) or \
-            (rows and _stage_one(g, accept, report, rejected))
+        changed = _merge_one(g, fold_step, "epilogues", accept, report, rejected) or \
+            _inline_one(g, accept, report, rejected) or \
+            (rows and _merge_one(g, stage_step, "stages", accept, report, rejected))
     g = remove_dead(g)
     g.check()
     report.kernels_after = len(g.op_nodes)
@@ -153,38 +154,18 @@ def stage_step(g: Graph, r: OpNode, e: OpNode) -> OpNode | None:
     return OpNode(e.name, fused, tuple(v for _, v in inputs), e.output, f"{r.origin} + {e.origin}".strip(" +"))
 
 
-def _stage_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]]) -> bool:
-    """Make one reduction a stage of the row kernel that reads it; False when none can be."""
-    producer = g.producer()
-    for e in g.op_nodes:
-        for v in dict.fromkeys(e.inputs):
-            r = producer.get(v)
-            key = ("stage", v, e.output)
-            if not isinstance(r, OpNode) or key in rejected:
-                continue
-            node = stage_step(g, r, e)
-            if node is None:
-                continue
-            if accept is not None and not accept(node.expr, [r.expr, e.expr]):
-                rejected.add(key)
-                report.rejected += 1
-                continue
-            _replace(g, [r, e], node)
-            report.stages += 1
-            return True
-    return False
-
-
-def _fold_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]]) -> bool:
-    """Fold one elementwise consumer into its producing reduction's epilogue; False when none can be."""
+def _merge_one(g: Graph, step: Callable[[Graph, OpNode, OpNode], OpNode | None], kind: str,
+               accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]]) -> bool:
+    """Apply ``step`` (``fold_step``: a consumer into its producer's epilogue; ``stage_step``: a reduction into
+    the row kernel reading it) to one producer-consumer pair; False when it applies to none."""
     producer = g.producer()
     for c in g.op_nodes:
         for v in dict.fromkeys(c.inputs):
             p = producer.get(v)
-            key = ("epilogue", v, c.output)
+            key = (kind, v, c.output)
             if not isinstance(p, OpNode) or key in rejected:
                 continue
-            node = fold_step(g, p, c)
+            node = step(g, p, c)
             if node is None:
                 continue
             if accept is not None and not accept(node.expr, [p.expr, c.expr]):
@@ -192,7 +173,7 @@ def _fold_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: s
                 report.rejected += 1
                 continue
             _replace(g, [p, c], node)
-            report.epilogues += 1
+            setattr(report, kind, getattr(report, kind) + 1)
             return True
     return False
 

@@ -145,27 +145,16 @@ def _merges(h: Graph, cur: OpNode, rows: bool) -> list[tuple[OpNode, OpNode]]:
     """(an operator of the graph as given, the operator that computes it fused with ``cur``) for each legal
     single rewrite between ``cur`` and a neighbour."""
     producer = h.producer()
-    out = []
-    for n in h.consumers().get(cur.output, []):   # cur's epilogue grows by a consumer, or cur becomes its stage
-        if isinstance(n, OpNode):
-            node = fold_step(h, cur, n)
-            if node is not None:
-                out.append((n, node))
-            node = stage_step(h, cur, n) if rows else None
-            if node is not None:
-                out.append((n, node))
+    # fold: a consumer joins the producer's epilogue; stage: the producer becomes one of the consumer's stages
+    steps = (fold_step, stage_step) if rows else (fold_step,)
+    pairs_of = [(cur, n, n) for n in h.consumers().get(cur.output, []) if isinstance(n, OpNode)]
+    pairs_of += [(p, cur, p) for p in (producer.get(v) for v in dict.fromkeys(cur.inputs)) if isinstance(p, OpNode)]
+    out = [(other, node) for p, c, other in pairs_of for step in steps
+           if (node := step(h, p, c)) is not None]
     pairs = inline_step(h, cur)   # cur inlined into its one reader
     if pairs is not None and len(pairs) == 1:
         out.append(pairs[0])
     for v in dict.fromkeys(cur.inputs):
-        p = producer.get(v)
-        if isinstance(p, OpNode):   # cur becomes its producer's epilogue, or its producer one of cur's stages
-            node = fold_step(h, p, cur)
-            if node is not None:
-                out.append((p, node))
-            node = stage_step(h, p, cur) if rows else None
-            if node is not None:
-                out.append((p, node))
         src = producer.get(_view_source(h, v)[0])
         if isinstance(src, OpNode):   # an elementwise producer inlined into cur
             pairs = inline_step(h, src)

@@ -316,14 +316,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         else:
             spatial.append(AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i],
                                     -(-a.extent // b_tile[i]), 0, 0, 0))
-    # Decode order: the last axis varies fastest (in block ids, thread ids and register points alike), so
-    # that adjacent threads work on adjacent output elements of the innermost dimension.
-    div_b = div_t = div_j = 1
-    for ax in reversed(spatial):
-        ax.bdiv, ax.tdiv, ax.jdiv = div_b, div_t, div_j
-        div_b *= ax.blocks
-        div_t *= ax.threads
-        div_j *= ax.thread
+    _decode(spatial)
     div_r = div_k = 1
     for ax in reversed(reduce):
         ax.bdiv, ax.tdiv = div_r, div_k
@@ -441,6 +434,17 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         blocked=blocked, vec=vec)
 
 
+def _decode(spatial: list[AxisPlan]) -> None:
+    """Set the spatial axes' decode divisors. The last axis varies fastest (in block ids, thread ids and register
+    points alike), so that adjacent threads work on adjacent output elements of the innermost dimension."""
+    div_b = div_t = div_j = 1
+    for ax in reversed(spatial):
+        ax.bdiv, ax.tdiv, ax.jdiv = div_b, div_t, div_j
+        div_b *= ax.blocks
+        div_t *= ax.threads
+        div_j *= ax.thread
+
+
 def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPlan:
     """The plan of a row kernel: the program's tiles over the row axes (``RProgram`` of its first stage as a
     reduction); each thread point is a row, whose columns every stage walks in nested loops, the last walk
@@ -454,12 +458,7 @@ def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPl
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     spatial = [AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i], -(-a.extent // b_tile[i]),
                         0, 0, 0) for i, a in enumerate(expr.axes) if a.name in rows]
-    div_b = div_t = div_j = 1
-    for ax in reversed(spatial):
-        ax.bdiv, ax.tdiv, ax.jdiv = div_b, div_t, div_j
-        div_b *= ax.blocks
-        div_t *= ax.threads
-        div_j *= ax.thread
+    _decode(spatial)
     # Rows are tested against their extents before any read, and columns run exactly their extents.
     exact = {a.name: a.extent - 1 for a in expr.axes}
     plans = []
