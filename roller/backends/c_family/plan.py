@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from roller.errors import InputError
 from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
-from roller.ir.vector import vector_width
+from roller.ir.vector import VECTOR_WIDTHS, vector_width
 from roller.program import RProgram
 
 
@@ -152,6 +152,22 @@ class StagePlan:
 
 
 @dataclass
+class RowVecPlan:
+    """A CPU row kernel's column walks as ``width``-wide vectors along its one column axis (partial results per
+    lane, folded across the lanes after the walk, then a scalar tail): the same SIMD use as the separate
+    kernels it replaces, which PoCL vectorises and a scalar row walk does not."""
+
+    width: int
+    vtype: str
+    axis: str
+    extent: int
+    stage_bodies: list[str]  # vector C expression of each stage's body
+    vcombine: list[str]  # vector fold of each stage
+    body: str  # the last walk's vector expression
+    store_offset: str  # flat offset of the first lane's output (contiguous along the axis), or "" (lane by lane)
+
+
+@dataclass
 class KernelPlan:
     name: str
     grid: int
@@ -188,6 +204,7 @@ class KernelPlan:
     # a row kernel (TensorExpr.stages): threads own rows (``spatial``), ``reduce_loops`` walk the columns once per
     # stage and once more to store
     stages: list[StagePlan] = field(default_factory=list)
+    row_vec: RowVecPlan | None = None
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -480,6 +497,27 @@ def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPl
     out = _tensor_plan(expr.output, d)
     out.ranges = exact
     scratchpad = prog.scopes[prog.block_level + 1] == "block"
+    cols = [a for a in expr.axes if a.name not in rows]
+    row_vec = None
+    width = next((w for w in VECTOR_WIDTHS if w <= cols[-1].extent), 0) if cols else 0
+    acc = d.ctype[expr.acc_dtype]
+    if d.vector_loads and not scratchpad and len(cols) == 1 and width and \
+            all(d.ctype[t.dtype] == acc for t in expr.tensors):
+        col = cols[0]
+        vtype = f"{acc}{width}"
+
+        def vread(r: Read) -> str:
+            if r.tensor in names:
+                return f"(({vtype})({names[r.tensor]}))"
+            return _vector_read(by_name[r.tensor], r.index, col.name, col.extent, width, vtype, expr.pad_value, d, {})
+
+        contiguous = _flat_coef(expr.out_index, out.strides, col.name) == 1
+        offset = " + ".join(f"({_affine_c(i, var_global)}) * {st}" if st != 1 else f"({_affine_c(i, var_global)})"
+                            for i, st in zip(expr.out_index, out.strides)) if contiguous else ""
+        row_vec = RowVecPlan(width, vtype, col.name, col.extent,
+                             [render_body(st.body, d, vread, vtype) for st in expr.stages],
+                             [combine_stmt(st.reduce_op, d, True) for st in expr.stages],
+                             render_body(expr.body, d, vread, vtype), offset)
     return KernelPlan(
         name=kernel_name or expr.name, grid=prog.grid, block=prog.block, acc_ctype=d.ctype[expr.acc_dtype],
         out_ctype=d.ctype[expr.output.dtype], spatial=spatial, reduce=[], inputs=plans, output=out, staged=False,
@@ -488,7 +526,7 @@ def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPl
         out_index=[_affine_c(i, var_global) for i in expr.out_index], pad_value=_c_float(expr.pad_value, d),
         reduce_guard="", smem_bytes=0, params=[(t.name, d.ctype[t.dtype], False) for t in expr.inputs] +
         [(expr.output.name, d.ctype[expr.output.dtype], True)], blocked=not scratchpad,
-        reduce_loops=_unrolled([(a.name, a.extent, 0) for a in expr.axes if a.name not in rows]), stages=stages)
+        reduce_loops=_unrolled([(a.name, a.extent, 0) for a in cols]), stages=stages, row_vec=row_vec)
 
 
 def _unrolled(loops: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
