@@ -229,3 +229,10 @@ def test_fused_suite_host_runs_on_ipu_descriptions(tmp_path: Path) -> None:
             b = bound(op, x)
             assert (np.abs(r.output.reshape(op.output.shape) - b.ref) <= b.bound).all(), (hw_name, op.name)
             assert (r.writes == 1).all(), (hw_name, op.name)
+
+
+def test_row_kernel_shapes_name_only_its_tensors() -> None:
+    with pytest.raises(InputError, match="shapes.Q: tensor 'Q' does not appear"):
+        _op("M[r] max= X[r,c]; Y[r,c] = X[r,c] - M[r]", {"X": [3, 4], "Q": [2]})
+    with pytest.raises(InputError, match="a name not in 'shapes'"):
+        _op("M[r] max= X[r,c]; Y[r,c] = X[r,c] - M[r]", {"X": [3, 4], "M": [3]})

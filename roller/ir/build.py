@@ -288,6 +288,11 @@ def _with_stages(name: str, text: str, parts: list[str], shapes: dict[str, list[
             raise expr_error(ew, text, err.pos + off, err.message) from None
     *stage_stmts, last = stmts
     names = [st.output for st in stage_stmts]
+    mentioned = {r.tensor for st in stmts for r in reads(st.body)} | {last.output}
+    for field_name, given in (("shapes", shapes), ("dtypes", dtypes)):
+        for t in given:
+            if t not in mentioned:
+                raise where.at(f"{field_name}.{t}").error(f"tensor {t!r} does not appear in the expression")
     stage_shapes: dict[str, list[int]] = {}
     built = []
     for st, part, off in zip(stage_stmts, parts, offsets):
