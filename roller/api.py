@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from roller.hw import load as load_hw
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
 from roller.program import RProgram
+
+if TYPE_CHECKING:
+    from roller.shape_generic import GenericKernel
 
 HwLike = str | os.PathLike | HardwareDesc
 
@@ -180,15 +183,28 @@ class Kernel:
 
 def compile(op: OpLike, hw: HwLike | None = None, backend: str | None = None, top_k: int = 10,
             evaluate: bool = False, *, overrides: Mapping[str, Any] | None = None, cache: bool = True,
-            repeat: int = 10, progress: bool | None = None) -> Kernel:
+            repeat: int = 10, progress: bool | None = None) -> Kernel | GenericKernel:
     """Construct the top-K rPrograms of ``op`` on ``hw``, render the best one (by the model, or by measurement
     on this machine with ``evaluate=True``) with ``backend`` (default: the description's), and return it as a
-    callable Kernel. ``op``: an op.json dict, a path, or a TensorExpr (one op)."""
-    src = source_op(op)
+    callable Kernel. ``op``: an op.json dict, a path, or a TensorExpr (one op). An op with a symbolic size
+    (``"M": "m"``) gives a ``roller.shape_generic.GenericKernel``, callable at every size in the symbol's
+    range."""
+    from roller.ir.symbolic import load_symbolic
+
+    symbolic = load_symbolic(op) if isinstance(op, (dict, str, os.PathLike)) else None
+    src = source_op(op) if symbolic is None else None
     hwd = resolve_hw(hw, overrides)
     be = _backends.for_hw(hwd, backend)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    if symbolic is not None:
+        from roller.shape_generic import compile_generic
+
+        if evaluate:
+            raise InputError("evaluate=True times candidates at one size; an op with symbolic sizes is ranked "
+                             "by the model at each size (build it at a size to evaluate it there)")
+        return compile_generic(symbolic, hwd, be, top_k=top_k)
+    assert src is not None
     return build_kernel(src, hwd, be, top_k=top_k, evaluate=evaluate, use_cache=cache, repeat=repeat,
                         progress=progress)
 

@@ -60,6 +60,11 @@ class Runner(abc.ABC):
         output), after everything enqueued before; returns the launch's event where the device has one."""
         raise NotImplementedError(f"{type(self).__name__} cannot launch on device buffers")
 
+    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> Runner:
+        """This kernel launched on its first ``blocks`` blocks, writing an output of ``out_shape``: how a
+        shape-generic kernel (``roller.construction.generic``) runs a size below the one it was built for."""
+        raise NotImplementedError(f"{type(self).__name__} launches the grid it was built with only")
+
 
 class Device(abc.ABC):
     """The memory of one device on this machine and the queue its work runs in, in order: what a graph
@@ -133,6 +138,9 @@ class Backend(abc.ABC):
     #: whether it renders row kernels (``TensorExpr.stages``: one-kernel softmax and layer norm); the fusion
     #: pass builds them only for backends that do
     row_kernels: ClassVar[bool] = True
+    #: whether its kernels decode the block index with the leading axis outermost and can be launched on a
+    #: prefix of their grid (``Runner.with_launch``): what a shape-generic kernel set needs
+    sub_grid: ClassVar[bool] = True
 
     @abc.abstractmethod
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:

@@ -23,7 +23,7 @@ from roller.model.traffic import TileGeometry
 from roller.program import Prediction, RProgram, RTile, launch_counts
 
 __all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "construct", "levels", "matrix_candidates",
-           "repredict"]
+           "predict_program", "prepared", "repredict"]
 
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
 # order follows reuse, the model's order follows predicted time.
@@ -60,15 +60,7 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     if expr.stages:
         return _row_programs(expr, hwd, top_k)
     block_level, thread_level = levels(hwd)
-    # An exchange copies boxes of a tensor into a unit; the im2col view of an implicit GEMM reads no box (its
-    # bounding box in the source can be several times the region construction counts), so convolutions stay
-    # direct on exchange-fed devices. Where the block's layer is a cache (a CPU), kernels read global memory
-    # directly: a window reads a padded copy of its input (no bounds test inside the loops: a 3x3 convolution
-    # ran 21 GFLOP/s guarded, 200 from a padded copy, on PoCL), and convolutions stay direct (the implicit GEMM's
-    # gathered im2col lanes ran 10-22 GFLOP/s on the same layer).
-    unstaged = hwd.memory[block_level + 1].scope == "cache"
-    expr = prepare(expr, gemm_conv=gemm_conv and not exchange_fed(hwd, block_level) and not unstaged,
-                   pad=unstaged)
+    expr = prepared(expr, hwd, gemm_conv)
     geo = TileGeometry(expr)
     itemsize = expr.output.itemsize
     pool = max(top_k * POOL_FACTOR, top_k + 8)
@@ -106,6 +98,19 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     if not ranked:
         raise InputError(_nothing_fits(expr, geo, hwd, block_level, search))
     return ranked[:top_k]
+
+
+def prepared(expr: TensorExpr, hw: HardwareDesc, gemm_conv: bool = True) -> TensorExpr:
+    """The form construction tiles ``expr`` in on ``hw`` (``expr`` itself when it is already prepared)."""
+    block_level, _ = levels(hw)
+    # An exchange copies boxes of a tensor into a unit; the im2col view of an implicit GEMM reads no box (its
+    # bounding box in the source can be several times the region construction counts), so convolutions stay
+    # direct on exchange-fed devices. Where the block's layer is a cache (a CPU), kernels read global memory
+    # directly: a window reads a padded copy of its input (no bounds test inside the loops: a 3x3 convolution
+    # ran 21 GFLOP/s guarded, 200 from a padded copy, on PoCL), and convolutions stay direct (the implicit GEMM's
+    # gathered im2col lanes ran 10-22 GFLOP/s on the same layer).
+    unstaged = hw.memory[block_level + 1].scope == "cache"
+    return prepare(expr, gemm_conv=gemm_conv and not exchange_fed(hw, block_level) and not unstaged, pad=unstaged)
 
 
 def _row_programs(expr: TensorExpr, hw: HardwareDesc, top_k: int) -> list[RProgram]:
@@ -212,19 +217,26 @@ def _predict(geo: TileGeometry, hw: HardwareDesc, shapes: tuple[tuple[int, ...],
     return predict(geo, hw, shapes, block_level, thread_level, grid, block, res, dtype=geo.expr.output.dtype)
 
 
+def predict_program(prog: RProgram, hw: HardwareDesc) -> Prediction | None:
+    """The model's prediction for ``prog``'s tiles over ``prog.expr`` as it is now (None where they do not fit
+    ``hw``), padded copies included: how a shape-generic kernel is ranked at each size."""
+    shapes = tuple(t.shape for t in prog.tiles)
+    padding = dict(prog.tiles[prog.block_level].storage_padding)
+    pred = _predict(TileGeometry(prog.expr), hw, shapes, prog.block_level, prog.thread_level, prog.grid,
+                    prog.block, padding)
+    pad_s = padding_time(prog.expr, hw)
+    if pred is not None and pad_s:
+        pred = dataclasses.replace(pred, time_s=pred.time_s + pad_s)
+    return pred
+
+
 def repredict(prog: RProgram, hw: HardwareDesc) -> RProgram:
     """``prog`` with the current model's prediction for ``hw``: what a change of the model or of the description
     does to programs already measured (bench/fidelity.py --repredict). Matrix programs are not supported: their
     resources come from the instruction search in construction/matrix.py."""
     if prog.use_matrix:
         raise ValueError("re-predicting matrix-instruction programs is not supported")
-    shapes = tuple(t.shape for t in prog.tiles)
-    padding = dict(prog.tiles[prog.block_level].storage_padding)
-    pred = _predict(TileGeometry(prog.expr), hw, shapes, prog.block_level, prog.thread_level, prog.grid,
-                    prog.block, padding)
+    pred = predict_program(prog, hw)
     if pred is None:
         raise ValueError(f"{prog.line()} does not fit {hw.name}")
-    pad_s = padding_time(prog.expr, hw)
-    if pad_s:
-        pred = dataclasses.replace(pred, time_s=pred.time_s + pad_s)
     return dataclasses.replace(prog, prediction=pred)

@@ -10,6 +10,7 @@ Only constructed after ``toolchain.gpu_present()`` said yes: nothing here runs o
 """
 from __future__ import annotations
 
+import copy
 import statistics
 import tempfile
 from pathlib import Path
@@ -97,6 +98,12 @@ class CudaRunner(Runner):
 
     def launch(self, buffers: list[Any]) -> None:
         self.kernel(self.grid, self.block, tuple(buffers), shared_mem=self.dyn)
+
+    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> CudaRunner:
+        runner = copy.copy(self)
+        runner.grid = (blocks, 1, 1)
+        runner.args = [*self.args[:-1], {**self.args[-1], "shape": list(out_shape)}]
+        return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         dev = self.upload(inputs)

@@ -32,6 +32,8 @@ class PoplarBackend(Backend):
     cache_env = ("ROLLER_POPLAR_DEVICE",)
     # A row kernel's stages would need a vertex that walks its rows' columns several times: not rendered yet
     row_kernels = False
+    # A Poplar program maps every block to an IPU tile when the graph is built: no grid to shorten at a call.
+    sub_grid = False
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         if prog.expr.stages:

@@ -6,6 +6,7 @@ does not depend on ICD enumeration order), else the first platform.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import shlex
@@ -158,6 +159,12 @@ class CLRunner(Runner):
 
     def launch(self, buffers: list[Any]) -> Any:
         return self.kernel(self.queue, self.global_size, self.local_size, *buffers)
+
+    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> CLRunner:
+        runner = copy.copy(self)
+        runner.global_size = (blocks * self.local_size[0],)
+        runner.args = [*self.args[:-1], {**self.args[-1], "shape": list(out_shape)}]
+        return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         cl = import_opencl()

@@ -13,6 +13,7 @@ written; this path is untested here (the compile checks and the CPU emulation ar
 """
 from __future__ import annotations
 
+import copy
 import statistics
 import subprocess
 import tempfile
@@ -134,6 +135,12 @@ class HipRunner(Runner):
         hip = _hip()
         for b in (*bufs, dev_out):
             _check(hip.hipFree(b))
+
+    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> HipRunner:
+        runner = copy.copy(self)
+        runner.grid = (blocks, 1, 1)
+        runner.args = [*self.args[:-1], {**self.args[-1], "shape": list(out_shape)}]
+        return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         hip = _hip()

@@ -1,0 +1,267 @@
+"""Shape-generic kernels: one small set of rPrograms that serves every value of an op's symbolic size.
+
+A kernel is built for the symbol's greatest value and launched, for a smaller one, on the blocks that cover
+it. That is exact when the symbol's axis leads the prepared op's axes (its block index is the outermost one a
+kernel decodes, so fewer blocks are a prefix of the grid), is not reduced, and leads every tensor it indexes
+as a plain index: then the rows of a smaller size are a prefix of every such tensor, and the points past it
+that the last block computes read and write rows that the caller's buffers hold but nobody reads.
+
+Which tiles to keep (DietCode's question, answered by construction instead of search): construction runs at a
+few sizes across the range, the model predicts every candidate at sample sizes across it, and the fewest
+programs that come within ``COVER_SLACK`` of the best candidate at every sample are kept. At a call, the model
+picks among them for the exact size, with no compilation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from roller.construction import construct, predict_program, prepared
+from roller.construction.matrix import MatrixSupport
+from roller.hw import HardwareDesc
+from roller.ir.expr import Affine
+from roller.ir.symbolic import SymbolicOp
+from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
+from roller.program import RProgram, launch_counts
+
+# A kept set is done when every sample size has a program predicted within this factor of the best candidate.
+COVER_SLACK = 1.05
+MAX_KERNELS = 6
+# Programs taken from construction at each representative size.
+PER_SIZE = 3
+
+
+@dataclass(frozen=True)
+class GenericAxis:
+    """How the symbol shows in the prepared op: its leading axis has extent ``value * per_value`` (an axis fused
+    with inner ones counts their product), and ``tensors`` are the tensors whose leading dimension is that axis."""
+
+    symbol: str
+    axis: str
+    per_value: int
+    tensors: tuple[str, ...]
+
+
+def generic_axis(op: SymbolicOp, hw: HardwareDesc) -> GenericAxis | str:
+    """The symbol's axis where one kernel built for the greatest size serves every size, else why not."""
+    varying = [s for s, (lo, hi) in op.ranges.items() if lo < hi]
+    if len(varying) != 1:
+        return (f"{len(varying)} symbols vary; a shape-generic kernel serves one" if varying
+                else "no symbol varies")
+    sym = varying[0]
+    lo, hi = op.ranges[sym]
+    other = max(lo, 2) if hi > max(lo, 2) else lo
+    base = {s: r[1] for s, r in op.ranges.items()}
+    top = prepared(op.instantiate(base), hw)
+    low = prepared(op.instantiate({**base, sym: other}), hw)
+    if top.stages:
+        return "a row kernel (its rows are re-planned per size)"
+    if len(top.axes) != len(low.axes) or not top.axes or top.axes[0].reduce:
+        return f"{sym} does not lead the op's axes as a spatial axis"
+    lead = top.axes[0]
+    q, rem = divmod(lead.extent, hi)
+    if rem or q * other != low.axes[0].extent or lead.name != low.axes[0].name:
+        return f"{sym} does not lead the op's axes (the leading axis does not scale with it)"
+    for a, b in zip(top.axes[1:], low.axes[1:]):
+        if a != b:
+            return f"axis {a.name} changes with {sym}"
+    if top.preparation != low.preparation:
+        return f"{sym} changes how the op is prepared"
+    scaled = []
+    for t, u in zip(top.tensors, low.tensors):
+        if t == u:
+            if any(lead.name in idx[d].coefs for idx in _indices(top, t.name) for d in range(len(idx))):
+                return f"tensor {t.name} is read along {sym} but does not grow with it"
+            continue
+        if t.view is not None or (t.name, t.dtype) != (u.name, u.dtype) or t.shape[1:] != u.shape[1:] or \
+                (t.shape[0], u.shape[0]) != (hi * q, other * q):
+            return f"tensor {t.name} grows with {sym} other than in its leading dimension"
+        if not _leads(t.orig_shape, u.orig_shape, hi, other):
+            return f"tensor {t.name} grows with {sym} other than in its leading dimension"
+        if any(idx[0] != Affine.axis(lead.name) or any(lead.name in i.coefs for i in idx[1:])
+               for idx in _indices(top, t.name)):
+            return f"tensor {t.name} is not indexed by {sym} alone in its leading dimension"
+        scaled.append(t.name)
+    same = ("name", "kind", "out_index", "reduce_op", "body", "pad_value", "acc_dtype", "epilogue", "stages")
+    if any(getattr(top, f) != getattr(low, f) for f in same):
+        return f"the op's statement changes with {sym}"
+    return GenericAxis(sym, lead.name, q, tuple(scaled))
+
+
+def _leads(top: tuple[int, ...] | None, low: tuple[int, ...] | None, hi: int, other: int) -> bool:
+    """True when a tensor as written (before axis fusion) grows in one dimension, after unit ones only: its
+    rows are then a prefix of its memory at every size."""
+    if top is None or low is None:
+        return top is None and low is None
+    changed = [i for i, (a, b) in enumerate(zip(top, low)) if a != b]
+    if len(top) != len(low) or len(changed) != 1:
+        return False
+    k = changed[0]
+    return all(d == 1 for d in top[:k]) and top[k] % hi == 0 and top[k] // hi * other == low[k]
+
+
+def _indices(expr: TensorExpr, name: str) -> list[tuple[Affine, ...]]:
+    if name == expr.output.name:
+        return [expr.out_index]
+    return expr.accesses(name)
+
+
+def at_size(top: TensorExpr, ax: GenericAxis, value: int, source: TensorExpr) -> TensorExpr:
+    """The prepared op ``top`` (built at the greatest size) with the symbol at ``value``: the same form, not
+    prepared anew, so every kernel of the set has the same axes at every size."""
+    ext = value * ax.per_value
+
+    def grow(t: TensorDecl) -> TensorDecl:
+        if t.name not in ax.tensors:
+            return t
+        orig = t.orig_shape
+        if orig is not None:
+            # As written, the tensor leads with unit dimensions and then the symbol's (checked by generic_axis).
+            k = next(i for i, d in enumerate(orig) if d != 1)
+            hi = t.shape[0] // ax.per_value
+            orig = orig[:k] + (value * (orig[k] // hi),) + orig[k + 1:]
+        return dataclasses.replace(t, shape=(ext,) + t.shape[1:], orig_shape=orig)
+
+    axes = (Axis(top.axes[0].name, ext, False),) + top.axes[1:]
+    return dataclasses.replace(top, axes=axes, output=grow(top.output), inputs=tuple(grow(t) for t in top.inputs),
+                               source=source)
+
+
+def retarget(prog: RProgram, expr: TensorExpr) -> RProgram:
+    """``prog``'s tiles over ``expr`` (the same form at another size), with its grid for that size."""
+    grid, _ = launch_counts(expr, prog.block_tile, prog.thread_tile, prog.reduce_threads)
+    return dataclasses.replace(prog, expr=expr, grid=grid, prediction=None)
+
+
+def sample_sizes(lo: int, hi: int) -> tuple[int, ...]:
+    """Sizes the kept set must serve well: both ends, every power of two between them and the midpoints
+    (x1.5) between those, so neighbouring samples are at most 1.5x apart."""
+    out = {lo, hi}
+    p = 1
+    while p <= hi:
+        for v in (p, p * 3 // 2):
+            if lo <= v <= hi:
+                out.add(v)
+        p *= 2
+    return tuple(sorted(out))
+
+
+def representative_sizes(lo: int, hi: int) -> tuple[int, ...]:
+    """Sizes construction runs at: both ends and every fourth power of two between (1, 4, 16, 64, ...)."""
+    out = {lo, hi}
+    p = 1
+    while p < hi:
+        if p > lo:
+            out.add(p)
+        p *= 4
+    return tuple(sorted(out))
+
+
+@dataclass
+class KernelSet:
+    """The kept programs (each over the op at the greatest size: what is rendered) and how to choose."""
+
+    op: SymbolicOp
+    hw: HardwareDesc
+    axis: GenericAxis
+    programs: list[RProgram]
+    samples: tuple[int, ...]
+    # predicted seconds of each kept program at each sample size (rows: programs)
+    predicted: list[list[float]]
+    candidates: int  # programs construction offered across the representative sizes
+    _forms: dict[int, TensorExpr] = field(default_factory=dict, repr=False)
+    _choice: dict[int, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def greatest(self) -> int:
+        return self.op.ranges[self.axis.symbol][1]
+
+    def form(self, value: int) -> TensorExpr:
+        if value not in self._forms:
+            src = self.op.instantiate({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
+            self._forms[value] = at_size(self.programs[0].expr, self.axis, value, src)
+        return self._forms[value]
+
+    def predict(self, index: int, value: int) -> float:
+        """Predicted seconds of kept program ``index`` at size ``value``."""
+        pred = predict_program(retarget(self.programs[index], self.form(value)), self.hw)
+        return pred.time_s if pred is not None else math.inf
+
+    def choose(self, value: int) -> int:
+        """The kept program the model predicts fastest at ``value`` (memoised: a repeated size costs a lookup)."""
+        if value not in self._choice:
+            self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
+            times = [self.predict(i, value) for i in range(len(self.programs))]
+            self._choice[value] = min(range(len(times)), key=lambda i: (times[i], i))
+        return self._choice[value]
+
+    def blocks(self, index: int, value: int) -> int:
+        """Blocks to launch for ``value``: those covering its rows, times the other axes' blocks."""
+        prog = self.programs[index]
+        lead = -(-prog.expr.axes[0].extent // prog.block_tile.shape[0])
+        return prog.grid // lead * -(-value * self.axis.per_value // prog.block_tile.shape[0])
+
+    def rows(self, index: int, value: int) -> int:
+        """Leading rows every growing tensor's buffer must hold at ``value``: the last launched block's points
+        past ``value`` read and write rows up to there."""
+        b = self.programs[index].block_tile.shape[0]
+        covered = -(-value * self.axis.per_value // b) * b
+        return min(-(-covered // self.axis.per_value), self.greatest)
+
+    def table(self) -> list[dict[str, object]]:
+        """The dispatch table over the sample sizes: which program each size takes and its prediction."""
+        return [{"size": v, "kernel": self.choose(v), "predicted_ms": self.predict(self.choose(v), v) * 1e3}
+                for v in self.samples]
+
+
+def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixSupport] = (),
+                      max_kernels: int = MAX_KERNELS) -> KernelSet | str:
+    """The kept programs of ``op``'s shape-generic kernel set on ``hw``, or why one kernel cannot serve every
+    size (the caller then builds per size)."""
+    ax = generic_axis(op, hw)
+    if isinstance(ax, str):
+        return ax
+    lo, hi = op.ranges[ax.symbol]
+    base = {s: r[1] for s, r in op.ranges.items()}
+    top = prepared(op.instantiate(base), hw)
+    forms: dict[int, TensorExpr] = {hi: top}
+
+    def form(v: int) -> TensorExpr:
+        if v not in forms:
+            forms[v] = at_size(top, ax, v, op.instantiate({**base, ax.symbol: v}))
+        return forms[v]
+
+    pool: dict[tuple, RProgram] = {}
+    for v in representative_sizes(lo, hi):
+        # Matrix-instruction and split-reduction programs decode their blocks differently: not offered here.
+        progs = [p for p in construct(form(v), hw, top_k=PER_SIZE * 2, matrix=matrix)
+                 if not p.use_matrix and p.reduce_threads == 1][:PER_SIZE]
+        for p in progs:
+            pool.setdefault(p.key(), retarget(p, top))
+    cands = list(pool.values())
+    samples = sample_sizes(lo, hi)
+    times = []
+    for c in cands:
+        row = []
+        for v in samples:
+            pred = predict_program(retarget(c, form(v)), hw)
+            row.append(pred.time_s if pred is not None else math.inf)
+        times.append(row)
+    best = [min(t[j] for t in times) for j in range(len(samples))]
+    kept: list[int] = []
+    while len(kept) < max_kernels:
+        def worst(chosen: list[int]) -> float:
+            return sum(math.log(min(times[i][j] for i in chosen) / best[j]) for j in range(len(samples)))
+        pick = min((i for i in range(len(cands)) if i not in kept), key=lambda i: (worst(kept + [i]), i),
+                   default=None)
+        if pick is None:
+            break
+        kept.append(pick)
+        if all(min(times[i][j] for i in kept) <= best[j] * COVER_SLACK for j in range(len(samples))):
+            break
+    programs = [dataclasses.replace(cands[i], prediction=predict_program(cands[i], hw)) for i in kept]
+    ks = KernelSet(op, hw, ax, programs, samples, [times[i] for i in kept], len(cands))
+    ks._forms.update(forms)
+    return ks

@@ -1,0 +1,220 @@
+"""``roller.compile`` of an op with a symbolic size: one build, called at any size in the symbol's range.
+
+>>> import numpy as np, roller
+>>> k = roller.compile({"op": "matmul", "M": "m", "N": 64, "K": 32, "symbols": {"m": [1, 256]}}, hw="pocl-cpu")
+>>> k(np.ones((7, 32), np.float32), np.ones((32, 64), np.float32)).shape
+(7, 64)
+
+Where one kernel cannot serve every size (``roller.construction.generic.generic_axis`` says why), the kernel is
+built for each size on its first call instead (cached by shape, like any op): ``mode`` tells which.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from roller.construction.generic import KernelSet, construct_generic
+from roller.errors import InputError
+from roller.hw import HardwareDesc
+from roller.ir.symbolic import SymbolicOp
+from roller.ir.tensor_expr import TensorExpr
+
+
+@dataclass
+class GenericKernel:
+    """A symbolic op built once for every size of its symbol (``mode == "generic"``), or per size
+    (``mode == "per-size"``, ``why`` says why); call it with numpy arrays of any size in range."""
+
+    op: SymbolicOp
+    hw: HardwareDesc
+    backend: Any  # roller.backends.Backend
+    kernels: KernelSet | None
+    why: str = ""
+    artifacts: list[Any] = field(default_factory=list)  # one per kept program (generic mode)
+    construction_s: float = 0.0
+    top_k: int = 10
+    _runners: dict[int, Any] = field(default_factory=dict, repr=False)
+    _per_size: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def mode(self) -> str:
+        return "generic" if self.kernels is not None else "per-size"
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def compiled(self) -> int:
+        """Kernels compiled so far on this machine's device."""
+        return len(self._runners) + len(self._per_size)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self._greatest.inputs]
+
+    @property
+    def _greatest(self) -> TensorExpr:
+        return self.op.instantiate({s: r[1] for s, r in self.op.ranges.items()})
+
+    def __repr__(self) -> str:
+        what = f"{len(self.artifacts)} kernels" if self.kernels is not None else f"per size ({self.why})"
+        ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, (lo, hi) in self.op.ranges.items())
+        return f"<roller.GenericKernel {self.name} on {self.hw.name}/{self.backend.name}: {ranges}, {what}>"
+
+    # -- choosing ---------------------------------------------------------------------------------------------
+    def bind(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, int],
+                                                                                               dict[str, np.ndarray]]:
+        """(symbol values, inputs by name) of a call: arrays by position (``input_names`` order) or name."""
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+        arrays: dict[str, Any] = dict(zip(names, args))
+        for k, v in (kwargs or {}).items():
+            if k not in names:
+                raise InputError(f"{self.name} has no input {k!r} (inputs: {', '.join(names)})")
+            if k in arrays:
+                raise InputError(f"{self.name}: input {k!r} given twice")
+            arrays[k] = v
+        missing = [n for n in names if n not in arrays]
+        if missing:
+            raise InputError(f"{self.name}: missing input {missing[0]!r}")
+        bound = {k: np.asarray(v) for k, v in arrays.items()}
+        values = self.op.bind({k: tuple(v.shape) for k, v in bound.items()})
+        return values, bound
+
+    def choice(self, **values: int) -> dict[str, Any]:
+        """What a call at these symbol values runs: the kept program, its predicted time and launch."""
+        if self.kernels is None:
+            return {"mode": self.mode, "why": self.why}
+        v = self._value(values)
+        i = self.kernels.choose(v)
+        return {"mode": self.mode, "kernel": i, "line": self.kernels.programs[i].line(),
+                "blocks": self.kernels.blocks(i, v), "rows": self.kernels.rows(i, v),
+                "predicted_ms": self.kernels.predict(i, v) * 1e3}
+
+    def _value(self, values: Mapping[str, int]) -> int:
+        assert self.kernels is not None
+        self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, **values})
+        return int(values.get(self.kernels.axis.symbol, self.kernels.greatest))
+
+    # -- running ----------------------------------------------------------------------------------------------
+    def runner(self, index: int) -> Any:
+        """Kept program ``index`` compiled on this machine's device (on first use)."""
+        if index not in self._runners:
+            from roller.evaluate import require_device
+
+            require_device(self.backend, self.hw, why="running a kernel")
+            self._runners[index] = self.backend.compile(self.artifacts[index], self.hw, None)
+        return self._runners[index]
+
+    def specialised(self, values: Mapping[str, int]) -> Any:
+        """The ordinary kernel built for exactly these values (per-size mode; cached on disk like any op)."""
+        from roller.api import build_kernel
+
+        key = self.op.check_values(values)
+        if key not in self._per_size:
+            self._per_size[key] = build_kernel(self.op.instantiate(values), self.hw, self.backend, top_k=self.top_k)
+        return self._per_size[key]
+
+    def prepare(self, values: Mapping[str, int], bound: Mapping[str, np.ndarray]) -> tuple[Any, list[np.ndarray],
+                                                                                            tuple[int, ...]]:
+        """(runner, inputs in launch order, output shape as launched) of a call: the inputs that grow with
+        the symbol are given the rows the launched blocks read, zeros past the call's own."""
+        from roller.evaluate import ordered_inputs
+        from roller.numpy_reference import np_dtype
+        from roller.program import pad_input
+
+        assert self.kernels is not None
+        ks = self.kernels
+        v = self._value(values)
+        i = ks.choose(v)
+        rows = ks.rows(i, v)
+        expr = self.op.instantiate(values)
+        launch = self.artifacts[i].launch
+        pads = {a["name"]: a["pad"] for a in launch["arguments"] if a.get("pad") is not None}
+        arrays: dict[str, np.ndarray] = {}
+        for t in expr.inputs:
+            a: np.ndarray = np.ascontiguousarray(bound[t.name], dtype=np_dtype(t.dtype))
+            if t.name in ks.axis.tensors:
+                a = _grown(a, *self._growth(t.name), rows)
+            if t.name in pads:
+                # The launcher pads an input of the shape it was built for; at another size the padded copy
+                # is made here (its pads do not involve the symbol's dimension: generic_axis checked).
+                pad = pads[t.name]
+                a = pad_input(a, tuple(zip(pad["before"], pad["after"])), float(pad["value"]))
+            arrays[t.name] = a
+        dim, per = self._growth(expr.output.name)
+        out_shape = _grown_shape(tuple(expr.output.storage_shape), dim, per, rows)
+        runner = self.runner(i).with_launch(ks.blocks(i, v), out_shape)
+        return runner, ordered_inputs(launch, arrays), out_shape
+
+    def _growth(self, tensor: str) -> tuple[int, int]:
+        """(dimension, factor) in which ``tensor`` as written grows with the generic symbol."""
+        assert self.kernels is not None
+        sym = self.kernels.axis.symbol
+        return next((d, f) for d, (s, f) in self.op.growth()[tensor].items() if s == sym)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        values, bound = self.bind(args, kwargs)
+        if self.kernels is None:
+            return np.asarray(self.specialised(values)(**bound))
+        runner, inputs, _ = self.prepare(values, bound)
+        out = np.asarray(runner(inputs))
+        expr = self.op.instantiate(values)
+        shape = tuple(expr.output.storage_shape)
+        return out.reshape(-1)[:int(np.prod(shape))].reshape(shape)
+
+    def benchmark(self, values: Mapping[str, int], repeat: int = 10, warmup: int = 2) -> float:
+        """Median kernel time in seconds at these symbol values on this machine's device (random inputs)."""
+        from roller.numpy_reference import random_inputs
+
+        expr = self.op.instantiate(values)
+        bound = random_inputs(expr, seed=0)
+        if self.kernels is None:
+            return float(self.specialised(values).benchmark(repeat=repeat, warmup=warmup))
+        runner, inputs, _ = self.prepare(values, bound)
+        return float(runner.time(inputs, repeat=repeat, warmup=warmup))
+
+    def reference(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        """roller.reference on the same inputs, at the size they have."""
+        from roller.numpy_reference import reference
+
+        values, bound = self.bind(args, kwargs)
+        return reference(self.op.instantiate(values), bound)
+
+
+def _grown_shape(shape: tuple[int, ...], dim: int, per: int, rows: int) -> tuple[int, ...]:
+    """``shape`` (a growing tensor's as written) with ``rows`` of the symbol in dimension ``dim``."""
+    return shape[:dim] + (rows * per,) + shape[dim + 1:]
+
+
+def _grown(a: np.ndarray, dim: int, per: int, rows: int) -> np.ndarray:
+    """``a`` with zero rows appended in dimension ``dim`` up to ``rows`` of the symbol: only unit dimensions
+    precede it (generic_axis), so the rows are a prefix of the grown array's memory."""
+    shape = _grown_shape(tuple(a.shape), dim, per, rows)
+    if shape == a.shape:
+        return a
+    out = np.zeros(shape, dtype=a.dtype)
+    out.reshape(-1)[:a.size] = a.reshape(-1)
+    return out
+
+
+def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10) -> GenericKernel:
+    """Build ``op``'s shape-generic kernel set and render each kept program, or settle for per-size kernels."""
+    t = time.perf_counter()
+    ks = construct_generic(op, hwd, matrix=be.matrix_support) if be.sub_grid else \
+        f"the {be.name} backend launches every kernel on the grid it was built for"
+    if isinstance(ks, str):
+        return GenericKernel(op, hwd, be, None, why=ks, construction_s=time.perf_counter() - t, top_k=top_k)
+    arts = [be.render(p, hwd) for p in ks.programs]
+    kernel = GenericKernel(op, hwd, be, ks, artifacts=arts, construction_s=time.perf_counter() - t, top_k=top_k)
+    if be.can_run_here():
+        # Every kept kernel is compiled now, so that no call, at any size, waits for a compiler.
+        for i in range(len(arts)):
+            kernel.runner(i)
+    return kernel

@@ -1,0 +1,150 @@
+"""Ops with symbolic sizes: one build serves every size in range (shape-generic kernel sets, run on PoCL), or
+builds per size where one kernel cannot; the loader's errors for bad symbols."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import roller
+from roller.construction import prepared
+from roller.construction.generic import COVER_SLACK, at_size, construct_generic, generic_axis, sample_sizes
+from roller.errors import InputError
+from roller.evaluate import check_against
+from roller.hw import load
+from roller.ir.symbolic import parse_symbolic
+
+MATMUL = {"op": "matmul", "M": "m", "N": 96, "K": 80, "symbols": {"m": [1, 1024]}}
+
+
+def _inputs(expr: roller.TensorExpr, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {t.name: rng.standard_normal(t.storage_shape).astype(np.float32) for t in expr.inputs}
+
+
+def _check(k: object, op: object, values: dict[str, int]) -> None:
+    expr = op.instantiate(values)  # type: ignore[attr-defined]
+    x = _inputs(expr)
+    got = k(**x)  # type: ignore[operator]
+    assert got.shape == tuple(expr.output.storage_shape)
+    check_against(f"{expr.name} at {values}", expr, x, got)  # CheckError beyond each element's error bound
+
+
+def test_matmul_with_symbolic_m_runs_every_size_from_one_build() -> None:
+    k = roller.compile(MATMUL, hw="pocl-cpu")
+    assert k.mode == "generic"
+    built = k.compiled
+    assert 1 <= built <= 6  # "a handful", and all compiled at build time
+    for m in (1, 7, 64, 300, 1000):
+        _check(k, k.op, {"m": m})
+    assert k.compiled == built  # no size compiled anything
+
+
+def test_kept_set_covers_the_samples_within_slack() -> None:
+    hw = load("pocl-cpu")
+    ks = construct_generic(parse_symbolic({**MATMUL, "N": 768, "K": 768}, None), hw)
+    assert not isinstance(ks, str)
+    assert ks.samples == sample_sizes(1, 1024)
+    for j, v in enumerate(ks.samples):
+        kept = min(row[j] for row in ks.predicted)
+        # every kept program was offered, so the kept best can be no better than the candidates' best
+        assert kept == pytest.approx(ks.predict(ks.choose(v), v))
+    assert len(ks.programs) <= 6
+    assert ks.candidates >= len(ks.programs)
+    # the dispatch picks the kept program the model predicts fastest
+    for v in (3, 100, 1000):
+        times = [ks.predict(i, v) for i in range(len(ks.programs))]
+        assert times[ks.choose(v)] == min(times)
+    assert COVER_SLACK >= 1.0
+
+
+def test_a_size_is_the_same_form_prepared_anew() -> None:
+    """at_size substitutes the size into the form built at the greatest one: it must equal preparing the op at
+    that size, or the model would rank a kernel for another shape."""
+    hw = load("pocl-cpu")
+    for doc, v in ((MATMUL, 300), ({"op": "conv2d", "N": "n", "C": 8, "H": 10, "W": 10, "F": 16, "KH": 3,
+                                    "KW": 3, "padding": "SAME", "symbols": {"n": [1, 16]}}, 5),
+                   ({"op": "elementwise", "fn": "relu", "shapes": {"X": ["n", 4, 6]}}, 3)):
+        op = parse_symbolic(doc, None)
+        ax = generic_axis(op, hw)
+        assert not isinstance(ax, str), ax
+        top = prepared(op.instantiate({ax.symbol: op.ranges[ax.symbol][1]}), hw)
+        mine = at_size(top, ax, v, op.instantiate({ax.symbol: v}))
+        fresh = prepared(op.instantiate({ax.symbol: v}), hw)
+        assert mine.axes == fresh.axes
+        assert [t.shape for t in mine.tensors] == [t.shape for t in fresh.tensors]
+        assert [t.storage_shape for t in mine.tensors] == [t.storage_shape for t in fresh.tensors]
+
+
+@pytest.mark.parametrize("doc,sizes", [
+    ({"op": "conv2d", "N": "n", "C": 8, "H": 10, "W": 10, "F": 16, "KH": 3, "KW": 3, "padding": "SAME",
+      "symbols": {"n": [1, 16]}}, (1, 3, 16)),
+    ({"op": "elementwise", "fn": "relu", "shapes": {"X": ["n", 4, 6]}, "symbols": {"n": [1, 64]}}, (1, 5, 64)),
+    ({"expr": "Y[b,s,f] += X[b,s,c] * W[c,f]", "shapes": {"X": [1, "seq", 24], "W": [24, 40]},
+      "symbols": {"seq": [1, 512]}}, (1, 17, 384)),
+    ({"op": "maxpool2d", "N": "n", "C": 8, "H": 8, "W": 8, "K": 2, "symbols": {"n": [1, 9]}}, (2, 9)),
+])
+def test_generic_kernels_match_numpy(doc: dict, sizes: tuple[int, ...]) -> None:
+    k = roller.compile(doc, hw="pocl-cpu")
+    assert k.mode == "generic", k.why
+    sym = k.kernels.axis.symbol
+    for v in sizes:
+        _check(k, k.op, {sym: v})
+
+
+def test_per_size_where_one_kernel_cannot_serve() -> None:
+    """The sequence length indexes the reduction's inner axis of scores: built per size, still correct."""
+    k = roller.compile({"op": "batch_matmul", "B": 2, "M": "s", "N": "s", "K": 16, "symbols": {"s": [1, 64]}},
+                       hw="pocl-cpu")
+    assert k.mode == "per-size" and "s" in k.why
+    for s in (1, 17):
+        _check(k, k.op, {"s": s})
+    assert k.compiled == 2
+
+
+def test_ipu_builds_per_size() -> None:
+    k = roller.compile(MATMUL, hw="ipu-gc200")
+    assert k.mode == "per-size" and "grid it was built for" in k.why
+
+
+def test_gpu_descriptions_render_the_set() -> None:
+    k = roller.compile(MATMUL, hw="h100")
+    assert k.mode == "generic" and len(k.artifacts) == len(k.kernels.programs)
+    assert all("__global__" in a.source for a in k.artifacts)
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"op": "matmul", "M": "M1", "N": 8, "K": 8}, "lower-case identifier"),
+    ({"op": "matmul", "M": "m", "N": 8, "K": 8, "symbols": {"m": [0, 8]}}, "1 <= least"),
+    ({"op": "matmul", "M": "m", "N": 8, "K": 8, "symbols": {"m": [9, 8]}}, "1 <= least"),
+    ({"op": "matmul", "M": "m", "N": 8, "K": 8, "symbols": {"m": "big"}}, "expected [least, greatest]"),
+    ({"op": "matmul", "M": "m", "N": 8, "K": 8, "symbols": {"m": [1, 8], "q": [1, 4]}}, "no size of the op"),
+    ({"op": "maxpool2d", "N": 1, "C": 4, "H": "h", "W": 8, "K": 3, "symbols": {"h": [1, 8]}}, "does not fit"),
+    ({"op": "matmul", "M": "m", "N": 8, "K": 8, "symbols": [1, 8]}, "expected an object"),
+])
+def test_bad_symbols_are_one_line_errors(doc: dict, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        roller.compile(doc, hw="pocl-cpu")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_calls_outside_the_range_or_inconsistent_are_errors(tmp_path: object) -> None:
+    k = roller.compile({**MATMUL, "symbols": {"m": [1, 64]}}, hw="pocl-cpu")
+    b = np.ones((80, 96), np.float32)
+    with pytest.raises(InputError, match=r"outside its range \[1, 64\]"):
+        k(np.ones((65, 80), np.float32), b)
+    with pytest.raises(InputError, match="must be"):
+        k(np.ones((5, 81), np.float32), b)
+    with pytest.raises(InputError, match="missing input"):
+        k(np.ones((5, 80), np.float32))
+
+
+def test_op_file_with_symbols(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "mm.json"
+    path.write_text(json.dumps(MATMUL))
+    k = roller.compile(str(path), hw="pocl-cpu")
+    a = np.ones((3, 80), np.float32)
+    assert np.allclose(k(a, np.ones((80, 96), np.float32)), 80.0)
