@@ -112,6 +112,20 @@ class GenericKernel:
             self._runners[index] = self.backend.compile(self.artifacts[index], self.hw, None)
         return self._runners[index]
 
+    def warm(self) -> None:
+        """Compile every kept kernel and launch each once, so that no call, at any size, waits for a compiler
+        (PoCL finishes compiling a kernel at its first launch, for the work-group size it is launched with)."""
+        from roller.numpy_reference import np_dtype
+
+        assert self.kernels is not None
+        sym = self.kernels.axis.symbol
+        least = {**{s: r[1] for s, r in self.op.ranges.items()}, sym: self.op.ranges[sym][0]}
+        expr = self.op.instantiate(least)
+        zeros: dict[str, np.ndarray] = {t.name: np.zeros(t.storage_shape, np_dtype(t.dtype)) for t in expr.inputs}
+        for i in range(len(self.artifacts)):
+            runner, inputs, _ = self.prepare(least, zeros, index=i)
+            runner(inputs)
+
     def specialised(self, values: Mapping[str, int]) -> Any:
         """The ordinary kernel built for exactly these values (per-size mode; cached on disk like any op)."""
         from roller.api import build_kernel
@@ -121,10 +135,11 @@ class GenericKernel:
             self._per_size[key] = build_kernel(self.op.instantiate(values), self.hw, self.backend, top_k=self.top_k)
         return self._per_size[key]
 
-    def prepare(self, values: Mapping[str, int], bound: Mapping[str, np.ndarray]) -> tuple[Any, list[np.ndarray],
-                                                                                            tuple[int, ...]]:
-        """(runner, inputs in launch order, output shape as launched) of a call: the inputs that grow with
-        the symbol are given the rows the launched blocks read, zeros past the call's own."""
+    def prepare(self, values: Mapping[str, int], bound: Mapping[str, np.ndarray], index: int | None = None
+                ) -> tuple[Any, list[np.ndarray], tuple[int, ...]]:
+        """(runner, inputs in launch order, output shape as launched) of a call, on the kept program the model
+        picks (or ``index``): the inputs that grow with the symbol are given the rows the launched blocks read,
+        zeros past the call's own."""
         from roller.evaluate import ordered_inputs
         from roller.numpy_reference import np_dtype
         from roller.program import pad_input
@@ -132,7 +147,7 @@ class GenericKernel:
         assert self.kernels is not None
         ks = self.kernels
         v = self._value(values)
-        i = ks.choose(v)
+        i = ks.choose(v) if index is None else index
         rows = ks.rows(i, v)
         expr = self.op.instantiate(values)
         launch = self.artifacts[i].launch
@@ -214,7 +229,5 @@ def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10)
     arts = [be.render(p, hwd) for p in ks.programs]
     kernel = GenericKernel(op, hwd, be, ks, artifacts=arts, construction_s=time.perf_counter() - t, top_k=top_k)
     if be.can_run_here():
-        # Every kept kernel is compiled now, so that no call, at any size, waits for a compiler.
-        for i in range(len(arts)):
-            kernel.runner(i)
+        kernel.warm()
     return kernel

@@ -148,3 +148,50 @@ def test_op_file_with_symbols(tmp_path: object) -> None:
     k = roller.compile(str(path), hw="pocl-cpu")
     a = np.ones((3, 80), np.float32)
     assert np.allclose(k(a, np.ones((80, 96), np.float32)), 80.0)
+
+
+@pytest.mark.nvcc
+def test_gpu_kernel_set_compiles_with_nvcc_within_the_description(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from roller.backends.cuda.toolchain import compile_unit
+    from roller.errors import ToolchainError
+
+    k = roller.compile({**MATMUL, "N": 768, "K": 768, "symbols": {"m": [1, 512]}}, hw="h100")
+    hw = k.hw
+    smem = next(m for m in hw.memory if m.scope == "block").capacity_per_block_bytes
+    for i, art in enumerate(k.artifacts):
+        try:
+            result = compile_unit(art.source, hw.target, Path(str(tmp_path)) / f"k{i}", art.kernel_name)
+        except ToolchainError as err:
+            pytest.skip(str(err))
+        u = result.usage[art.kernel_name]
+        assert u.registers <= hw.parallelism.max_registers_per_thread and u.spill_stores == 0
+        assert u.smem_bytes <= smem
+
+
+def test_build_writes_the_kernel_set_and_a_dispatch_table_covering_the_range(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(str(tmp_path))
+    op = folder / "mm.json"
+    op.write_text(json.dumps({**MATMUL, "name": "mm_seq", "symbols": {"m": [1, 300]}}))
+    out = folder / "out"
+    run = subprocess.run([sys.executable, "-m", "roller", "build", "--hw", "pocl-cpu", str(op), "-o", str(out)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads((out / "mm_seq" / "dispatch.json").read_text())
+    assert doc["symbol"] == "m" and doc["growing"] == {"A": {"dim": 0, "per_value": 1},
+                                                       "C": {"dim": 0, "per_value": 1}}
+    spans = doc["dispatch"]
+    assert spans[0]["from"] == 1 and spans[-1]["to"] == 300
+    assert all(a["to"] + 1 == b["from"] for a, b in zip(spans, spans[1:]))
+    for k in doc["kernels"]:
+        assert (out / "mm_seq" / k["folder"] / "kernel.cl").is_file()
+        assert (out / "mm_seq" / k["folder"] / "launch.json").is_file()
+    ipu = subprocess.run([sys.executable, "-m", "roller", "build", "--hw", "ipu-gc200", str(op), "-o",
+                          str(folder / "ipu")], capture_output=True, text=True, check=False)
+    assert ipu.returncode == 2 and "build it at a size" in ipu.stderr and "Traceback" not in ipu.stderr
+    assert not (folder / "ipu" / "mm_seq").exists()

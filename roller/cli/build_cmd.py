@@ -143,9 +143,18 @@ def table(progs: list, measured: list[float | None] | None = None) -> list[str]:
 def cmd_build(args: argparse.Namespace) -> int:
     from roller.cli.model_cmd import cmd_build_model, is_model
     from roller.construction import construct as construct_programs
+    from roller.ir.symbolic import load_symbolic
 
     if is_model(args.file):
         return cmd_build_model(args)
+    symbolic = load_symbolic(args.file)
+    if symbolic is not None and not args.dry_run:
+        from roller.cli.generic_build import build_generic
+
+        return build_generic(args, symbolic)
+    if symbolic is not None:
+        raise InputError("--dry-run constructs an op at one size; this op has symbolic sizes (build it to see "
+                         "its kernel set and dispatch table)", source=args.file)
     if args.dry_run and args.evaluate:
         raise InputError("--dry-run constructs only and --eval compiles and runs: give one of them")
     hwd, be, ops = setup(args, need_backend=not args.dry_run)

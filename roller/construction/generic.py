@@ -149,14 +149,23 @@ def sample_sizes(lo: int, hi: int) -> tuple[int, ...]:
 
 
 def representative_sizes(lo: int, hi: int) -> tuple[int, ...]:
-    """Sizes construction runs at: both ends and every fourth power of two between (1, 4, 16, 64, ...)."""
+    """Sizes construction runs at: both ends and every power of two between (construction takes milliseconds
+    per size; a tile made for 8 rows is what 5 to 8 rows want)."""
     out = {lo, hi}
     p = 1
     while p < hi:
         if p > lo:
             out.add(p)
-        p *= 4
+        p *= 2
     return tuple(sorted(out))
+
+
+def covered(prog: RProgram, ax: GenericAxis, value: int, greatest: int) -> int:
+    """The symbol's size a program computes at ``value``: its last block's rows past ``value`` are computed
+    too (and thrown away), so that is the size it costs."""
+    b = prog.block_tile.shape[0]
+    rows = -(-value * ax.per_value // b) * b
+    return min(-(-rows // ax.per_value), greatest)
 
 
 @dataclass
@@ -185,8 +194,9 @@ class KernelSet:
         return self._forms[value]
 
     def predict(self, index: int, value: int) -> float:
-        """Predicted seconds of kept program ``index`` at size ``value``."""
-        pred = predict_program(retarget(self.programs[index], self.form(value)), self.hw)
+        """Predicted seconds of kept program ``index`` at size ``value`` (the size its blocks cover)."""
+        size = covered(self.programs[index], self.axis, value, self.greatest)
+        pred = predict_program(retarget(self.programs[index], self.form(size)), self.hw)
         return pred.time_s if pred is not None else math.inf
 
     def choose(self, value: int) -> int:
@@ -206,9 +216,25 @@ class KernelSet:
     def rows(self, index: int, value: int) -> int:
         """Leading rows every growing tensor's buffer must hold at ``value``: the last launched block's points
         past ``value`` read and write rows up to there."""
-        b = self.programs[index].block_tile.shape[0]
-        covered = -(-value * self.axis.per_value // b) * b
-        return min(-(-covered // self.axis.per_value), self.greatest)
+        return covered(self.programs[index], self.axis, value, self.greatest)
+
+    def intervals(self, every_up_to: int = 4096) -> list[dict[str, int]]:
+        """The whole dispatch as intervals of sizes, ``[{"from": a, "to": b, "kernel": i}, ...]``, for a
+        launcher that has no model: every size up to ``every_up_to`` is decided, beyond it the sample sizes
+        (each deciding up to the next)."""
+        lo, hi = self.op.ranges[self.axis.symbol]
+        sizes = [v for v in range(lo, min(hi, every_up_to) + 1)] + [v for v in self.samples if v > every_up_to]
+        out: list[dict[str, int]] = []
+        for v in sizes:
+            i = self.choose(v)
+            if out and out[-1]["kernel"] == i:
+                out[-1]["to"] = v
+            else:
+                if out:
+                    out[-1]["to"] = v - 1
+                out.append({"from": v, "to": v, "kernel": i})
+        out[-1]["to"] = hi
+        return out
 
     def table(self) -> list[dict[str, object]]:
         """The dispatch table over the sample sizes: which program each size takes and its prediction."""
@@ -246,7 +272,7 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
     for c in cands:
         row = []
         for v in samples:
-            pred = predict_program(retarget(c, form(v)), hw)
+            pred = predict_program(retarget(c, form(covered(c, ax, v, hi))), hw)
             row.append(pred.time_s if pred is not None else math.inf)
         times.append(row)
     best = [min(t[j] for t in times) for j in range(len(samples))]

@@ -1,0 +1,129 @@
+"""Shape-generic kernels against kernels built for each exact size, on this machine's OpenCL device.
+
+    .venv/bin/python bench/dynamic.py [--hw pocl-cpu] [--rounds 3] [--repeat 5] [--md FILE] [--json FILE]
+
+For each op with a symbolic size (a BERT-base layer's matmuls over the sequence length, ResNet-18 layers over
+the batch), one ``roller.compile`` of the symbolic op (the kernel set, every kept kernel compiled at build) is
+compared at every size with ``roller.compile`` of the op written with that size (top-1, its own kernel):
+device time of one run, alternating, ``--rounds`` rounds of ``--repeat`` runs, medians. Also: the wall time of
+the first call at a size (the generic kernel's dispatch, upload, run and download; the exact kernel's
+construction, rendering and OpenCL build, then the same call), and the kernels each compiled. Both caches are
+emptied first (a private ROLLER_CACHE_DIR), as for a user's first build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.models import cpu_name
+
+SEQ = (1, 7, 17, 64, 128, 300, 384, 512)
+BATCH = (1, 2, 5, 16, 33, 64)
+OPS: list[tuple[str, dict[str, Any], tuple[int, ...]]] = [
+    ("bert qkv/out proj [s,768]x[768,768]", {"op": "matmul", "M": "s", "N": 768, "K": 768,
+                                             "symbols": {"s": [1, 512]}}, SEQ),
+    ("bert ffn up [s,768]x[768,3072]", {"op": "matmul", "M": "s", "N": 3072, "K": 768,
+                                        "symbols": {"s": [1, 512]}}, SEQ),
+    ("bert ffn down [s,3072]x[3072,768]", {"op": "matmul", "M": "s", "N": 768, "K": 3072,
+                                           "symbols": {"s": [1, 512]}}, SEQ),
+    ("resnet18 fc [n,512]x[512,1000]", {"op": "matmul", "M": "n", "N": 1000, "K": 512,
+                                        "symbols": {"n": [1, 64]}}, BATCH),
+    ("resnet18 conv 3x3 256->256 @14", {"op": "conv2d", "N": "n", "C": 256, "H": 14, "W": 14, "F": 256, "KH": 3,
+                                        "KW": 3, "padding": "SAME", "symbols": {"n": [1, 64]}}, BATCH),
+]
+
+
+def _with(doc: dict[str, Any], sym: str, v: int) -> dict[str, Any]:
+    return {k: (v if val == sym else val) for k, val in doc.items() if k != "symbols"}
+
+
+def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, rounds: int,
+            repeat: int) -> dict[str, Any]:
+    import roller
+    from roller.numpy_reference import random_inputs
+
+    sym = next(iter(doc["symbols"]))
+    t = time.perf_counter()
+    gk = roller.compile(doc, hw=hw)
+    build_s = time.perf_counter() - t
+    rows = []
+    for v in sizes:
+        expr = gk.op.instantiate({sym: v})
+        x = random_inputs(expr, seed=0)
+        t = time.perf_counter()
+        gk(**x)
+        first_generic = time.perf_counter() - t
+        t = time.perf_counter()
+        ek = roller.compile(_with(doc, sym, v), hw=hw)
+        ek(**x)
+        first_exact = time.perf_counter() - t
+        g_times: list[float] = []
+        e_times: list[float] = []
+        for _ in range(rounds):
+            g_times.append(gk.benchmark({sym: v}, repeat=repeat))
+            e_times.append(ek.benchmark(repeat=repeat))
+        g, e = statistics.median(g_times), statistics.median(e_times)
+        rows.append({"size": v, "generic_ms": g * 1e3, "exact_ms": e * 1e3, "ratio": g / e,
+                     "generic_kernel": gk.choice(**{sym: v})["line"], "exact_kernel": ek.program.line(),
+                     "first_call_generic_ms": first_generic * 1e3, "first_call_exact_ms": first_exact * 1e3})
+        print(f"  {label} {sym}={v}: generic {g * 1e3:.3f} ms, exact {e * 1e3:.3f} ms ({g / e:.2f}x); first call "
+              f"{first_generic * 1e3:.1f} vs {first_exact * 1e3:.0f} ms", file=sys.stderr)
+    ratios = [r["ratio"] for r in rows]
+    return {"op": label, "symbol": sym, "mode": gk.mode, "kernels": gk.compiled, "build_s": build_s,
+            "exact_kernels": len(sizes), "geomean_ratio": math.exp(sum(map(math.log, ratios)) / len(ratios)),
+            "worst_ratio": max(ratios), "rows": rows}
+
+
+def table(results: list[dict[str, Any]], hw: str) -> str:
+    lines = [f"CPU: {cpu_name()}; hardware description: {hw}; device: PoCL via pyopencl", "",
+             ("| op | kernels (generic / exact) | build s | size | generic ms | exact ms | generic / exact | "
+             "first call generic ms | first call exact ms |"), "|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        for i, r in enumerate(res["rows"]):
+            head = (f"| {res['op']} | {res['kernels']} / {res['exact_kernels']} | {res['build_s']:.2f} |" if i == 0
+                    else "| | | |")
+            lines.append(f"{head} {res['symbol']}={r['size']} | {r['generic_ms']:.3f} | {r['exact_ms']:.3f} | "
+                         f"{r['ratio']:.2f} | {r['first_call_generic_ms']:.1f} | {r['first_call_exact_ms']:.0f} |")
+    lines.append("")
+    for res in results:
+        lines.append(f"{res['op']}: geomean generic / exact {res['geomean_ratio']:.2f}x, worst "
+                     f"{res['worst_ratio']:.2f}x")
+    allr = [r["ratio"] for res in results for r in res["rows"]]
+    lines.append(f"All sizes: geomean {math.exp(sum(map(math.log, allr)) / len(allr)):.2f}x over {len(allr)} sizes")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hw", default="pocl-cpu")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--only", default="", help="ops whose label contains this")
+    p.add_argument("--md", type=Path)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    os.environ["ROLLER_CACHE_DIR"] = tempfile.mkdtemp(prefix="roller-bench-dynamic-")
+    results = [measure(label, doc, sizes, args.hw, args.rounds, args.repeat)
+               for label, doc, sizes in OPS if args.only in label]
+    text = table(results, args.hw)
+    print(text)
+    if args.md:
+        args.md.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps({"cpu": cpu_name(), "hw": args.hw, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
