@@ -23,6 +23,7 @@ import numpy as np
 
 from roller import backends as _backends
 from roller.api import HwLike, Kernel, build_kernel, resolve_hw
+from roller.dynamic_model import DynamicModel, dynamic_model, open_dims
 from roller.errors import InputError
 from roller.evaluate import Progress, require_device
 from roller.graph import Graph, InputPad, OpNode, Plan, kernel_key, plan, unique_kernels
@@ -180,11 +181,16 @@ class Model:
 
 def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = None, top_k: int = 10, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, evaluate: bool = False, cache: bool = True,
-                  jobs: int | None = None, progress: bool | None = None, fuse: bool | str = True) -> Model:
+                  jobs: int | None = None, progress: bool | None = None, fuse: bool | str = True,
+                  ranges: Mapping[str, tuple[int, int]] | None = None) -> Model | DynamicModel:
     """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), fuse its operators into
     kernels (``fuse``: "solver", the default, or True: the partition of least predicted time; "greedy": the
     rule-based pass; "none" or False: one kernel per operator), build a kernel for each distinct operator on
-    ``hw`` with ``backend`` (default: the description's), and plan its memory."""
+    ``hw`` with ``backend`` (default: the description's), and plan its memory.
+
+    A model whose inputs leave sizes open (``dim_param``) that ``shapes`` does not fix gives a
+    ``roller.dynamic_model.DynamicModel``, which builds each set of sizes at its first run; ``ranges`` bounds
+    each open size by name (default 1 to 4096)."""
     from roller.frontends.onnx import import_model
 
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -200,6 +206,11 @@ def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = No
         from roller.frontends.onnx import load_model
 
         source, _ = load_model(model)
+        dims = open_dims(source, shapes)
+        if dims:
+            options = {"top_k": top_k, "evaluate": evaluate, "cache": cache, "jobs": jobs, "progress": progress,
+                       "fuse": method}
+            return dynamic_model(source, hwd, be, dims, ranges, options)
         graph = import_model(source, shapes)
         source = _with_shapes(source, shapes) if shapes else source
     graph, fusion = fuse_model_graph(graph, hwd, be, method)

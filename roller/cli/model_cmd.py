@@ -174,6 +174,7 @@ def cmd_run_model(args: argparse.Namespace) -> int:
     from roller.backends import for_hw
     from roller.cli.hw_cmd import hw_from_args
     from roller.cli.run_cmd import load_npz, save_npz
+    from roller.dynamic_model import DynamicModel
     from roller.evaluate import require_device
     from roller.models import compile_model
 
@@ -184,6 +185,11 @@ def cmd_run_model(args: argparse.Namespace) -> int:
     model = compile_model(args.file, hw=hwd, backend=args.backend, top_k=args.top_k,
                           shapes=parse_shapes(args.shape), evaluate=args.evaluate, cache=args.cache,
                           fuse=args.fuse)
+    if isinstance(model, DynamicModel):
+        if not args.inputs:
+            raise InputError(f"the model leaves sizes open ({', '.join(model.symbols)}): give them with --shape "
+                             "INPUT=D0,D1,... or run it on arrays from --inputs FILE.npz", source=args.file)
+        model = model.model_at(**model.bind(load_npz(args.inputs)))
     feeds = model.random_inputs()
     if args.inputs:
         given = load_npz(args.inputs)

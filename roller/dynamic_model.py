@@ -1,0 +1,181 @@
+"""Models whose inputs leave sizes open (an ONNX ``dim_param`` such as ``batch`` or ``sequence``, or an unknown
+dimension): ``roller.compile_model`` returns a ``DynamicModel``, which runs at every size.
+
+Each distinct set of sizes is imported, fused, planned and built once, on its first run, and kept: the graph
+passes and the memory plan need concrete shapes, and the kernels come from the kernel cache where an operator
+was built before. Operators whose kernel does not depend on the sizes (a weight's packing) share it.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from roller.errors import InputError
+from roller.hw import HardwareDesc
+from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
+
+
+def open_dims(proto: Any, shapes: Mapping[str, Any] | None) -> dict[str, dict[int, str]]:
+    """Input -> {dimension: symbol} for every input dimension the model leaves open and ``shapes`` does not
+    fix: its ``dim_param`` (the same name in two inputs is one size), or ``<input>_<dimension>`` when it has
+    none."""
+    out: dict[str, dict[int, str]] = {}
+    inits = {i.name for i in proto.graph.initializer}
+    for inp in proto.graph.input:
+        if inp.name in inits or (shapes and inp.name in shapes) or not inp.type.HasField("tensor_type"):
+            continue
+        t = inp.type.tensor_type
+        if not t.HasField("shape"):
+            continue  # the importer's own error asks for --shape: a rank is needed too
+        for i, d in enumerate(t.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            name = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{inp.name}_{i}"
+            out.setdefault(inp.name, {})[i] = name
+    return out
+
+
+@dataclass
+class DynamicModel:
+    """A model with open sizes: ``run`` / call it at any sizes within ``ranges``; ``model_at`` is the compiled
+    ``roller.models.Model`` for one set of sizes."""
+
+    source: Any  # onnx.ModelProto
+    hw: HardwareDesc
+    backend: Any
+    dims: dict[str, dict[int, str]]  # input -> {dimension: symbol}
+    ranges: dict[str, tuple[int, int]]
+    options: dict[str, Any] = field(default_factory=dict)  # compile_model's other options
+    _models: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
+    compile_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # seconds each size set took
+
+    @property
+    def name(self) -> str:
+        return str(self.source.graph.name or "model")
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(self.ranges)
+
+    @property
+    def input_names(self) -> list[str]:
+        inits = {i.name for i in self.source.graph.initializer}
+        return [i.name for i in self.source.graph.input if i.name not in inits]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.source.graph.output]
+
+    @property
+    def models(self) -> dict[tuple[int, ...], Any]:
+        """The compiled models so far, by sizes (in ``symbols`` order)."""
+        return dict(self._models)
+
+    def __repr__(self) -> str:
+        ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, (lo, hi) in self.ranges.items())
+        return (f"<roller.DynamicModel {self.name} on {self.hw.name}/{self.backend.name}: {ranges}; "
+                f"{len(self._models)} sizes built>")
+
+    def bind(self, feeds: Mapping[str, Any]) -> dict[str, int]:
+        """The sizes of a run's inputs, checked: one value per symbol, each within its range."""
+        values: dict[str, int] = {}
+        for name, by_dim in self.dims.items():
+            if name not in feeds:
+                continue
+            shape = np.shape(feeds[name])
+            for i, sym in by_dim.items():
+                if i >= len(shape):
+                    raise InputError(f"{self.name}: input {name!r} has rank {len(shape)}; the model's has more "
+                                     f"than {i} dimensions")
+                v = int(shape[i])
+                if values.setdefault(sym, v) != v:
+                    raise InputError(f"{self.name}: size {sym!r} is {values[sym]} in one input and {v} in "
+                                     f"{name!r}")
+        for sym, (lo, hi) in self.ranges.items():
+            if sym not in values:
+                raise InputError(f"{self.name}: no input gives size {sym!r}")
+            if not lo <= values[sym] <= hi:
+                raise InputError(f"{self.name}: size {sym!r} = {values[sym]} is outside its range [{lo}, {hi}] "
+                                 "(compile_model(..., ranges={...}) sets it)", field=f"ranges.{sym}")
+        return values
+
+    def shapes(self, values: Mapping[str, int]) -> dict[str, list[int]]:
+        """Every open input's shape at these sizes."""
+        out = {}
+        for inp in self.source.graph.input:
+            if inp.name not in self.dims:
+                continue
+            dims = inp.type.tensor_type.shape.dim
+            out[inp.name] = [values[self.dims[inp.name][i]] if i in self.dims[inp.name] else int(d.dim_value)
+                             for i, d in enumerate(dims)]
+        return out
+
+    def model_at(self, **values: int) -> Any:
+        """The compiled model at these sizes (built on first use, then kept)."""
+        from roller.models import compile_model
+
+        key = tuple(int(values[s]) for s in self.symbols) if all(s in values for s in self.symbols) else None
+        if key is None:
+            missing = [s for s in self.symbols if s not in values]
+            raise InputError(f"{self.name}: no value for size {missing[0]!r} (sizes: {', '.join(self.symbols)})")
+        if key not in self._models:
+            t = time.perf_counter()
+            model = compile_model(self.source, self.hw, backend=self.backend.name,
+                                  shapes=self.shapes(dict(zip(self.symbols, key))), **self.options)
+            self.compile_s[key] = time.perf_counter() - t
+            self._models[key] = model
+        return self._models[key]
+
+    def _feeds(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+        feeds = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k in feeds:
+                raise InputError(f"input {k!r} given twice")
+            feeds[k] = v
+        return feeds
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Outputs by name, for inputs by name, at whatever sizes the inputs have."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"run() takes a dict of inputs by name ({', '.join(self.input_names)}); "
+                             f"got {type(inputs).__name__}")
+        return self.model_at(**self.bind(inputs)).run(inputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        feeds = self._feeds(args, kwargs)
+        return self.model_at(**self.bind(feeds))(**feeds)
+
+    def check(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """``Model.check`` at the inputs' sizes (against onnxruntime on the model at those sizes)."""
+        return dict(self.model_at(**self.bind(inputs)).check(inputs))
+
+    def benchmark(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> float:
+        return float(self.model_at(**self.bind(inputs)).benchmark(repeat=repeat, warmup=warmup, inputs=inputs))
+
+
+def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[int, str]],
+                  ranges: Mapping[str, Any] | None, options: dict[str, Any]) -> DynamicModel:
+    """A DynamicModel of ``proto``, with each open size's range from ``ranges`` (default [1, DEFAULT_MAX])."""
+    symbols = list(dict.fromkeys(s for by_dim in dims.values() for s in by_dim.values()))
+    given = dict(ranges or {})
+    unknown = set(given) - set(symbols)
+    if unknown:
+        raise InputError(f"ranges names no open size of the model: {', '.join(sorted(unknown))} (open sizes: "
+                         f"{', '.join(symbols)})", field="ranges")
+    out: dict[str, tuple[int, int]] = {}
+    for s in symbols:
+        r = given.get(s, (1, DEFAULT_MAX))
+        ok = isinstance(r, (tuple, list)) and len(r) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in r)
+        if not ok or not 1 <= r[0] <= r[1] <= MAX_SYMBOL_VALUE:
+            raise InputError(f"ranges.{s}: expected (least, greatest) with 1 <= least <= greatest <= "
+                             f"{MAX_SYMBOL_VALUE}, got {r!r}", field=f"ranges.{s}")
+        out[s] = (int(r[0]), int(r[1]))
+    return DynamicModel(proto, hwd, be, dims, out, options)
