@@ -6,10 +6,11 @@ kernel decodes, so fewer blocks are a prefix of the grid), is not reduced, and l
 as a plain index: then the rows of a smaller size are a prefix of every such tensor, and the points past it
 that the last block computes read and write rows that the caller's buffers hold but nobody reads.
 
-Which tiles to keep (DietCode's question, answered by construction instead of search): construction runs at a
-few sizes across the range, the model predicts every candidate at sample sizes across it, and the fewest
-programs that come within ``COVER_SLACK`` of the best candidate at every sample are kept. At a call, the model
-picks among them for the exact size, with no compilation.
+Which tiles to keep (DietCode's question, answered by construction instead of search): construction runs at
+every power of two across the range, the model predicts every candidate at sample sizes across it (at the rows
+its last block covers), and a greedy set cover keeps few programs such that every sample has one within
+``COVER_SLACK`` of the best candidate there, among those that waste at most ``WASTE_CAP`` of their rows. At a
+call, the model picks among them for the exact size, with no compilation.
 """
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ from roller.program import RProgram, launch_counts
 
 # A kept set is done when every sample size has a program predicted within this factor of the best candidate.
 COVER_SLACK = 1.05
-MAX_KERNELS = 6
+# ... among the programs that compute at most this many times the rows a size has. The model ranks a 4-row tile
+# at 1 row like a 1-row tile (both read the whole weight once), while PoCL runs it 2x slower: on this CPU a
+# matmul that thin is compute-bound in the thread's inner loop. Bounding the waste keeps that out of the set.
+WASTE_CAP = 1.5
+MAX_KERNELS = 8
 # Programs taken from construction at each representative size.
 PER_SIZE = 3
 
@@ -200,11 +205,14 @@ class KernelSet:
         return pred.time_s if pred is not None else math.inf
 
     def choose(self, value: int) -> int:
-        """The kept program the model predicts fastest at ``value`` (memoised: a repeated size costs a lookup)."""
+        """The kept program the model predicts fastest at ``value`` among those within the waste cap (memoised:
+        a repeated size costs a lookup)."""
         if value not in self._choice:
             self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
-            times = [self.predict(i, value) for i in range(len(self.programs))]
-            self._choice[value] = min(range(len(times)), key=lambda i: (times[i], i))
+            rows = [covered(p, self.axis, value, self.greatest) for p in self.programs]
+            fit = [i for i in range(len(rows)) if rows[i] <= value * WASTE_CAP] or \
+                [min(range(len(rows)), key=lambda i: (rows[i], i))]
+            self._choice[value] = min(fit, key=lambda i: (self.predict(i, value), i))
         return self._choice[value]
 
     def blocks(self, index: int, value: int) -> int:
@@ -275,18 +283,31 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
             pred = predict_program(retarget(c, form(covered(c, ax, v, hi))), hw)
             row.append(pred.time_s if pred is not None else math.inf)
         times.append(row)
-    best = [min(t[j] for t in times) for j in range(len(samples))]
+    # A program may serve a sample only where it wastes at most WASTE_CAP of the rows it computes there, and
+    # must come within COVER_SLACK of the best such candidate's prediction.
+    fits = [[covered(c, ax, v, hi) <= v * WASTE_CAP for v in samples] for c in cands]
+    best = [min((times[i][j] for i in range(len(cands)) if fits[i][j]), default=math.inf)
+            for j in range(len(samples))]
+
+    def serves(i: int, j: int) -> bool:
+        return fits[i][j] and times[i][j] <= best[j] * COVER_SLACK
+
+    # Greedy set cover: the candidate serving most of the samples not yet served (ties: the least predicted
+    # total over them), until every sample is served.
     kept: list[int] = []
-    while len(kept) < max_kernels:
-        def worst(chosen: list[int]) -> float:
-            return sum(math.log(min(times[i][j] for i in chosen) / best[j]) for j in range(len(samples)))
-        pick = min((i for i in range(len(cands)) if i not in kept), key=lambda i: (worst(kept + [i]), i),
+    open_ = {j for j in range(len(samples)) if best[j] < math.inf}
+    def gain(i: int, unserved: set[int]) -> tuple[int, float]:
+        served = [j for j in unserved if serves(i, j)]
+        return len(served), -sum(times[i][j] / best[j] for j in served)
+
+    while open_ and len(kept) < max_kernels:
+        left = set(open_)
+        pick = max((i for i in range(len(cands)) if i not in kept), key=lambda i: (*gain(i, left), -i),
                    default=None)
-        if pick is None:
+        if pick is None or gain(pick, left)[0] == 0:
             break
         kept.append(pick)
-        if all(min(times[i][j] for i in kept) <= best[j] * COVER_SLACK for j in range(len(samples))):
-            break
+        open_ -= {j for j in open_ if serves(pick, j)}
     programs = [dataclasses.replace(cands[i], prediction=predict_program(cands[i], hw)) for i in kept]
     ks = KernelSet(op, hw, ax, programs, samples, [times[i] for i in kept], len(cands))
     ks._forms.update(forms)
