@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -85,6 +87,61 @@ def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, ro
             "worst_ratio": max(ratios), "rows": rows}
 
 
+def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, hidden: int = 768,
+                  heads: int = 12) -> list[dict[str, Any]]:
+    """A BERT-base-sized encoder layer (tests/zoo_graphs.py's, hidden 768, 12 heads) with an open sequence
+    length, one DynamicModel over every length, against onnxruntime on the same dynamic model."""
+    import onnxruntime as ort
+
+    import roller
+    from tests.zoo_graphs import dynamic_attention_block
+
+    proto = dynamic_attention_block(hidden=hidden, heads=heads)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    m = roller.compile_model(proto, hw=hw, ranges={"seq": (1, max(lengths))})
+    rng = np.random.default_rng(0)
+    rows = []
+    for seq in lengths:
+        feeds = {"x": rng.standard_normal((1, seq, hidden)).astype(np.float32),
+                 "mask": np.zeros((1, 1, 1, seq), np.float32)}
+        t = time.perf_counter()
+        m.run(feeds)
+        first = time.perf_counter() - t
+        model = m.model_at(seq=seq)
+        err = max(float(v) for v in m.check(feeds)["max_abs_error"].values())
+        r_times: list[float] = []
+        o_times: list[float] = []
+        for _ in range(rounds):
+            r_times.append(model.benchmark(repeat=repeat, inputs=feeds))
+            sess.run(None, feeds)
+            batch = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                sess.run(None, feeds)
+                batch.append(time.perf_counter() - t)
+            o_times.append(statistics.median(batch))
+        r, o = statistics.median(r_times), statistics.median(o_times)
+        rows.append({"seq": seq, "first_call_s": first, "build_s": m.compile_s[(seq,)], "roller_ms": r * 1e3,
+                     "onnxruntime_ms": o * 1e3, "ratio": r / o, "kernels_built": len(model.by_key),
+                     "launches": len(model.kernels), "max_abs_err": err})
+        print(f"  bert layer seq={seq}: first call {first:.2f} s, roller {r * 1e3:.2f} ms, onnxruntime "
+              f"{o * 1e3:.2f} ms ({r / o:.2f}x), {len(model.by_key)} kernels", file=sys.stderr)
+    return rows
+
+
+def model_table(rows: list[dict[str, Any]]) -> str:
+    lines = [("| seq | first call s (of which build) | Roller ms | onnxruntime ms | Roller / ORT | kernels built | "
+             "launches | max abs err |"), "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['seq']} | {r['first_call_s']:.2f} ({r['build_s']:.2f}) | {r['roller_ms']:.2f} | "
+                     f"{r['onnxruntime_ms']:.2f} | {r['ratio']:.2f} | {r['kernels_built']} | {r['launches']} | "
+                     f"{r['max_abs_err']:.1e} |")
+    return "\n".join(lines)
+
+
 def table(results: list[dict[str, Any]], hw: str) -> str:
     lines = [f"CPU: {cpu_name()}; hardware description: {hw}; device: PoCL via pyopencl", "",
              ("| op | kernels (generic / exact) | build s | size | generic ms | exact ms | generic / exact | "
@@ -110,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--only", default="", help="ops whose label contains this")
+    p.add_argument("--model", action="store_true", help="also a BERT-base-sized layer over sequence lengths")
+    p.add_argument("--lengths", default="1,17,128,384,512", help="sequence lengths for --model")
     p.add_argument("--md", type=Path)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -117,11 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     results = [measure(label, doc, sizes, args.hw, args.rounds, args.repeat)
                for label, doc, sizes in OPS if args.only in label]
     text = table(results, args.hw)
+    model_rows: list[dict[str, Any]] = []
+    if args.model:
+        model_rows = measure_model(args.hw, tuple(int(v) for v in args.lengths.split(",")), args.rounds,
+                                   args.repeat)
+        text += "\n\nBERT-base-sized layer (hidden 768, 12 heads), one DynamicModel over the sequence length:\n\n"
+        text += model_table(model_rows)
     print(text)
     if args.md:
         args.md.write_text(text + "\n")
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_name(), "hw": args.hw, "results": results}, indent=1))
+        args.json.write_text(json.dumps({"cpu": cpu_name(), "hw": args.hw, "results": results,
+                                         "model": model_rows}, indent=1))
     return 0
 
 

@@ -284,6 +284,30 @@ def layernorm_decomposed(hidden: int = 32) -> Graph:
     return b.model({"x": x}, {"y": x.shape})
 
 
+def open_sizes(proto: onnx.ModelProto, dims: dict[str, dict[int, str]]) -> onnx.ModelProto:
+    """A copy of ``proto`` with the given input and output dimensions named (``dim_param``) instead of fixed."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for vi in [*out.graph.input, *out.graph.output]:
+        for i, name in dims.get(vi.name, {}).items():
+            vi.type.tensor_type.shape.dim[i].ClearField("dim_value")
+            vi.type.tensor_type.shape.dim[i].dim_param = name
+    return out
+
+
+def dynamic_attention_block(hidden: int = 64, heads: int = 4) -> onnx.ModelProto:
+    """``attention_block`` with an open sequence length ``seq`` (inputs x [1, seq, hidden] and mask
+    [1, 1, 1, seq]), its reshapes written as exporters write them then (0 keeps a dimension, -1 infers it)."""
+    seq = 16
+    proto, _ = attention_block(hidden=hidden, heads=heads, seq=seq)
+    for init in proto.graph.initializer:
+        if init.data_type == TensorProto.INT64:
+            v = numpy_helper.to_array(init)
+            if v.tolist() in ([1, seq, heads, hidden // heads], [1, seq, hidden]):
+                init.CopyFrom(numpy_helper.from_array(np.array([0, -1, *v[2:]], np.int64), init.name))
+    return open_sizes(proto, {"x": {1: "seq"}, "mask": {3: "seq"}, "y": {1: "seq"}})
+
+
 ALL: dict[str, Callable[[], Graph]] = {f.__name__: f for f in [
     residual_block, inverted_residual_block, attention_block, dense_block, classifier_head, pooling_zoo,
     shape_arithmetic, squeeze_excite, channel_shuffle, chunk_slices, grouped_conv, layernorm_decomposed]}
