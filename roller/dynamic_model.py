@@ -1,9 +1,11 @@
 """Models whose inputs leave sizes open (an ONNX ``dim_param`` such as ``batch`` or ``sequence``, or an unknown
 dimension): ``roller.compile_model`` returns a ``DynamicModel``, which runs at every size.
 
-Each distinct set of sizes is imported, fused, planned and built once, on its first run, and kept: the graph
-passes and the memory plan need concrete shapes, and the kernels come from the kernel cache where an operator
-was built before. Operators whose kernel does not depend on the sizes (a weight's packing) share it.
+With one open size and every operator shape-generic in it (``roller.generic_model``: a batch through a CNN),
+the model is built once and a run at a new size compiles nothing (``mode == "generic"``). Otherwise
+(``mode == "per-size"``, ``why`` says why: attention reads a sequence length along its scores' inner axis) each
+distinct set of sizes is imported, fused, planned and built on its first run, and kept, the kernels coming from
+the kernel cache where an operator was built before.
 """
 from __future__ import annotations
 
@@ -50,12 +52,18 @@ class DynamicModel:
     dims: dict[str, dict[int, str]]  # input -> {dimension: symbol}
     ranges: dict[str, tuple[int, int]]
     options: dict[str, Any] = field(default_factory=dict)  # compile_model's other options
+    generic: Any = None  # roller.generic_model.GenericModel where one build serves every size
+    why: str = ""  # why not, where it does not
     _models: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
     compile_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # seconds each size set took
 
     @property
     def name(self) -> str:
         return str(self.source.graph.name or "model")
+
+    @property
+    def mode(self) -> str:
+        return "generic" if self.generic is not None else "per-size"
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -77,8 +85,8 @@ class DynamicModel:
 
     def __repr__(self) -> str:
         ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, (lo, hi) in self.ranges.items())
-        return (f"<roller.DynamicModel {self.name} on {self.hw.name}/{self.backend.name}: {ranges}; "
-                f"{len(self._models)} sizes built>")
+        what = "one build for every size" if self.generic is not None else f"{len(self._models)} sizes built"
+        return f"<roller.DynamicModel {self.name} on {self.hw.name}/{self.backend.name}: {ranges}; {what}>"
 
     def bind(self, feeds: Mapping[str, Any]) -> dict[str, int]:
         """The sizes of a run's inputs, checked: one value per symbol, each within its range."""
@@ -146,23 +154,62 @@ class DynamicModel:
         if not isinstance(inputs, Mapping):
             raise InputError(f"run() takes a dict of inputs by name ({', '.join(self.input_names)}); "
                              f"got {type(inputs).__name__}")
-        return self.model_at(**self.bind(inputs)).run(inputs)
+        values = self.bind(inputs)
+        if self.generic is not None:
+            return dict(self.generic.run(self._checked(inputs), values[self.symbols[0]]))
+        return dict(self.model_at(**values).run(inputs))
+
+    def _checked(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [n for n in self.input_names if n not in inputs]
+        extra = [n for n in inputs if n not in self.input_names]
+        if missing or extra:
+            what = f"missing {', '.join(missing)}" if missing else f"unknown input {', '.join(extra)}"
+            raise InputError(f"{what}; the model takes {', '.join(self.input_names)}")
+        return dict(inputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        feeds = self._feeds(args, kwargs)
-        return self.model_at(**self.bind(feeds))(**feeds)
+        out = self.run(self._feeds(args, kwargs))
+        values = tuple(out[n] for n in self.output_names)
+        return values[0] if len(values) == 1 else values
 
     def check(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """``Model.check`` at the inputs' sizes (against onnxruntime on the model at those sizes)."""
-        return dict(self.model_at(**self.bind(inputs)).check(inputs))
+        """A run's outputs at the inputs' sizes against onnxruntime on the model (or, without it, the graph at
+        those sizes evaluated operator by operator); ``Model.check``'s tolerance."""
+        if self.generic is None:
+            return dict(self.model_at(**self.bind(inputs)).check(inputs))
+        from roller.models import compare_outputs
+
+        got = self.run(inputs)
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            from roller.graph.reference import evaluate
+
+            v = self.bind(inputs)[self.symbols[0]]
+            ref, by = evaluate(self.generic.family.at(v), dict(inputs)), "roller.reference, operator by operator"
+        else:
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            sess = ort.InferenceSession(self.source.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(inputs))))
+            by = f"onnxruntime {ort.__version__}"
+        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by)
 
     def benchmark(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> float:
+        """Median seconds of one run's device work at the inputs' sizes."""
+        import statistics
+
+        if self.generic is not None:
+            v = self.bind(inputs)[self.symbols[0]]
+            return float(statistics.median(self.generic.time(self._checked(inputs), v, repeat=repeat,
+                                                             warmup=warmup)))
         return float(self.model_at(**self.bind(inputs)).benchmark(repeat=repeat, warmup=warmup, inputs=inputs))
 
 
 def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[int, str]],
-                  ranges: Mapping[str, Any] | None, options: dict[str, Any]) -> DynamicModel:
-    """A DynamicModel of ``proto``, with each open size's range from ``ranges`` (default [1, DEFAULT_MAX])."""
+                  ranges: Mapping[str, Any] | None, options: dict[str, Any], generic: bool = True) -> DynamicModel:
+    """A DynamicModel of ``proto``, with each open size's range from ``ranges`` (default [1, DEFAULT_MAX]); with
+    ``generic``, built once for every size where that serves."""
     symbols = list(dict.fromkeys(s for by_dim in dims.values() for s in by_dim.values()))
     given = dict(ranges or {})
     unknown = set(given) - set(symbols)
@@ -178,4 +225,44 @@ def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[i
             raise InputError(f"ranges.{s}: expected (least, greatest) with 1 <= least <= greatest <= "
                              f"{MAX_SYMBOL_VALUE}, got {r!r}", field=f"ranges.{s}")
         out[s] = (int(r[0]), int(r[1]))
-    return DynamicModel(proto, hwd, be, dims, out, options)
+    model = DynamicModel(proto, hwd, be, dims, out, options)
+    if generic:
+        found = _generic(model)
+        if isinstance(found, str):
+            model.why = found
+        else:
+            model.generic = found
+    else:
+        model.why = "compile_model(..., generic=False)"
+    return model
+
+
+def _generic(model: DynamicModel) -> Any:
+    """The model's GenericModel, or why one build cannot serve every size."""
+    from roller.construction.layout import choose_layout
+    from roller.frontends.onnx import import_model
+    from roller.generic_model import generic_model, graph_family
+    from roller.graph.passes import pack_constants
+    from roller.models import fuse_model_graph
+
+    if len(model.symbols) != 1:
+        return f"{len(model.symbols)} sizes are open; one build serves one"
+    if not model.backend.can_run_here():
+        return f"no {model.backend.name} device here to run it on"
+    sym = model.symbols[0]
+    lo, hi = model.ranges[sym]
+    other = max(lo, hi // 2)
+    if other == hi:
+        other = lo
+    if other == hi:
+        return f"{sym} takes one value"
+    graphs = []
+    for v in (hi, other):
+        g = import_model(model.source, model.shapes({sym: v}))
+        g, _ = fuse_model_graph(g, model.hw, model.backend, model.options.get("fuse", "solver"))
+        pack_constants(g, lambda expr, consts: choose_layout(expr, model.hw, consts, model.backend.matrix_support))
+        graphs.append(g)
+    family = graph_family(graphs[0], graphs[1], sym, lo, hi, other)
+    if isinstance(family, str):
+        return family
+    return generic_model(family, model.hw, model.backend)

@@ -146,27 +146,10 @@ class Model:
         """Compare a run's outputs with ``reference``; CheckError (exit 4) naming the output and the worst
         element when one differs by more than float32 error over a model allows (MODEL_RTOL of the element,
         MODEL_ATOL of the output's largest magnitude)."""
-        from roller.errors import CheckError
-
         feeds = dict(inputs) if inputs is not None else self.random_inputs()
         got = dict(outputs) if outputs is not None else self.run(feeds)
         ref, by = self.reference(feeds)
-        worst: dict[str, float] = {}
-        for name in self.output_names:
-            y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
-            scale = float(np.max(np.abs(r))) if r.size else 0.0
-            bound = MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30
-            diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
-            diff = np.where(np.isnan(diff), np.inf, diff)
-            bad = diff > bound
-            if bad.any():
-                i = np.unravel_index(int(np.argmax(diff / bound)), diff.shape)
-                raise CheckError(f"{self.name} on {self.hw.name}/{self.backend.name}: output {name!r} differs from "
-                                 f"{by} in {int(bad.sum())} of {r.size} elements; worst at {list(map(int, i))}: "
-                                 f"got {y[i]:.9g}, expected {r[i]:.9g} (difference {diff[i]:.3g}, bound "
-                                 f"{bound[i]:.3g})")
-            worst[name] = float(diff.max()) if diff.size else 0.0
-        return {"ok": True, "reference": by, "max_abs_error": worst}
+        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by)
 
     def summary(self) -> dict[str, Any]:
         """Counts and sizes for reports: kernels launched and built, copies, views, memory by role."""
@@ -179,18 +162,42 @@ class Model:
                 "fusion": None if self.fusion is None else dataclasses.asdict(self.fusion)}
 
 
+def compare_outputs(what: str, names: Sequence[str], got: Mapping[str, Any], ref: Mapping[str, Any],
+                    by: str) -> dict[str, Any]:
+    """Each output against its reference within MODEL_RTOL of the element plus MODEL_ATOL of the output's largest
+    magnitude; CheckError naming the output and the worst element otherwise."""
+    from roller.errors import CheckError
+
+    worst: dict[str, float] = {}
+    for name in names:
+        y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        bound = MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30
+        diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        bad = diff > bound
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(diff / bound)), diff.shape)
+            raise CheckError(f"{what}: output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; "
+                             f"worst at {list(map(int, i))}: got {y[i]:.9g}, expected {r[i]:.9g} (difference "
+                             f"{diff[i]:.3g}, bound {bound[i]:.3g})")
+        worst[name] = float(diff.max()) if diff.size else 0.0
+    return {"ok": True, "reference": by, "max_abs_error": worst}
+
+
 def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = None, top_k: int = 10, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, evaluate: bool = False, cache: bool = True,
                   jobs: int | None = None, progress: bool | None = None, fuse: bool | str = True,
-                  ranges: Mapping[str, tuple[int, int]] | None = None) -> Model | DynamicModel:
+                  ranges: Mapping[str, tuple[int, int]] | None = None, generic: bool = True) -> Model | DynamicModel:
     """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), fuse its operators into
     kernels (``fuse``: "solver", the default, or True: the partition of least predicted time; "greedy": the
     rule-based pass; "none" or False: one kernel per operator), build a kernel for each distinct operator on
     ``hw`` with ``backend`` (default: the description's), and plan its memory.
 
     A model whose inputs leave sizes open (``dim_param``) that ``shapes`` does not fix gives a
-    ``roller.dynamic_model.DynamicModel``, which builds each set of sizes at its first run; ``ranges`` bounds
-    each open size by name (default 1 to 4096)."""
+    ``roller.dynamic_model.DynamicModel``: built once for every size where one kernel per operator serves
+    them all (``generic``), else each set of sizes at its first run; ``ranges`` bounds each open size by name
+    (default 1 to 4096)."""
     from roller.frontends.onnx import import_model
 
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -210,7 +217,7 @@ def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = No
         if dims:
             options = {"top_k": top_k, "evaluate": evaluate, "cache": cache, "jobs": jobs, "progress": progress,
                        "fuse": method}
-            return dynamic_model(source, hwd, be, dims, ranges, options)
+            return dynamic_model(source, hwd, be, dims, ranges, options, generic=generic)
         graph = import_model(source, shapes)
         source = _with_shapes(source, shapes) if shapes else source
     graph, fusion = fuse_model_graph(graph, hwd, be, method)

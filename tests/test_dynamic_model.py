@@ -15,6 +15,7 @@ from tests.zoo_graphs import dynamic_attention_block, open_sizes, residual_block
 def test_bert_layer_with_an_open_sequence_length_runs_every_length() -> None:
     m = roller.compile_model(dynamic_attention_block(), hw="pocl-cpu", ranges={"seq": (1, 512)})
     assert isinstance(m, DynamicModel) and m.symbols == ("seq",)
+    assert m.mode == "per-size" and "operator" in m.why   # attention reads the length along its scores' keys
     rng = np.random.default_rng(0)
     for seq in (1, 17, 128, 384):
         feeds = {"x": rng.standard_normal((1, seq, 64)).astype(np.float32),
@@ -26,13 +27,27 @@ def test_bert_layer_with_an_open_sequence_length_runs_every_length() -> None:
     assert len(m.models) == 4
 
 
-def test_cnn_with_an_open_batch_runs_every_batch() -> None:
+def test_cnn_with_an_open_batch_is_built_once_for_every_batch() -> None:
     proto, inputs = residual_block()
-    m = roller.compile_model(open_sizes(proto, {"x": {0: "n"}, "y": {0: "n"}}), hw="pocl-cpu")
-    assert isinstance(m, DynamicModel) and m.ranges == {"n": (1, 4096)}
-    for n in (1, 3):
-        x = np.concatenate([inputs["x"]] * n)
+    m = roller.compile_model(open_sizes(proto, {"x": {0: "n"}, "y": {0: "n"}}), hw="pocl-cpu",
+                             ranges={"n": (1, 64)})
+    assert isinstance(m, DynamicModel) and m.mode == "generic", m.why
+    built = m.generic.kernels_compiled
+    assert built >= 1
+    for n in (1, 3, 64, 17):
+        x = np.concatenate([inputs["x"]] * n) * np.float32(1.0 + 0.1 * n)
         assert m.check({"x": x})["reference"].startswith("onnxruntime")
+        assert m(x).shape == (n, 16, 14, 14)
+    assert m.generic.kernels_compiled == built   # no size compiled anything
+    assert not m.models                          # nor built a model of its own
+
+
+def test_cnn_per_size_when_asked() -> None:
+    proto, inputs = residual_block()
+    m = roller.compile_model(open_sizes(proto, {"x": {0: "n"}, "y": {0: "n"}}), hw="pocl-cpu", generic=False)
+    assert m.mode == "per-size" and m.ranges == {"n": (1, 4096)}
+    for n in (1, 3):
+        assert m.check({"x": np.concatenate([inputs["x"]] * n)})["reference"].startswith("onnxruntime")
     assert sorted(m.models) == [(1,), (3,)]
 
 

@@ -28,6 +28,11 @@ class Executor:
         self.buffers = [device.alloc(b.nbytes) for b in plan.buffers]
         self._constants_loaded = False
 
+    def load_constants(self) -> None:
+        """Upload the constants and fill the padded buffers' borders, once per executor."""
+        if not self._constants_loaded:
+            self._load_constants()
+
     def _load_constants(self) -> None:
         for name, array in self.graph.constants.items():
             v = self.graph.values[name]

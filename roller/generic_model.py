@@ -1,0 +1,355 @@
+"""A model with one open size run by shape-generic kernels: built once, no compilation at a new size.
+
+The model is imported and fused at two sizes of its symbol (the greatest, and another). Where both graphs
+have the same steps and every size that differs between them is a multiple of the symbol, the graph at any
+size is the greatest one's with those sizes substituted (``GraphFamily.at``; checked to reproduce the second
+import exactly), and each operator is a ``SymbolicOp``. When every operator has a shape-generic kernel set
+(``roller.construction.generic``: the symbol leads the tensors it indexes), a run at size ``v`` plans the graph
+at a capacity that holds every kernel's covered rows, launches each operator's kernel the model picks for
+``v`` on the blocks covering ``v``, and copies in and out the inputs' and outputs' first ``v`` rows. A larger
+size later re-plans at a larger capacity (device memory grows by powers of two; nothing is compiled).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from roller.backends import Device, Runner
+from roller.construction.generic import KernelSet, construct_generic
+from roller.dtypes import dtype as dtype_of
+from roller.errors import InputError
+from roller.graph import Graph, InputPad, OpNode, plan
+from roller.graph.executor import Executor
+from roller.graph.ir import CopyNode, Piece, ViewNode
+from roller.graph.passes import kernel_key
+from roller.hw import HardwareDesc
+from roller.ir.symbolic import SymbolicOp
+from roller.ir.tensor_expr import TensorDecl, TensorExpr
+
+
+def _factor(a: int, b: int, hi: int, other: int) -> int | None:
+    """f where ``a`` is ``hi * f`` and ``b`` is ``other * f`` (a size that is a multiple of the symbol)."""
+    return a // hi if a % hi == 0 and b % other == 0 and a // hi == b // other and a // hi > 0 else None
+
+
+def _scaled(sizes: tuple[int, ...], grow: Mapping[int, int], v: int) -> tuple[int, ...]:
+    return tuple(v * grow[i] if i in grow else d for i, d in enumerate(sizes))
+
+
+def _growth(a: tuple[int, ...], b: tuple[int, ...], hi: int, other: int, what: str) -> dict[int, int]:
+    if len(a) != len(b):
+        raise _Mismatch(f"{what} changes rank with the size")
+    out = {}
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            f = _factor(x, y, hi, other)
+            if f is None:
+                raise _Mismatch(f"{what} dimension {i} is {x} at one size and {y} at another: not a multiple of it")
+            out[i] = f
+    return out
+
+
+class _Mismatch(Exception):
+    pass
+
+
+@dataclass
+class ScaledOp(SymbolicOp):
+    """A graph operator at any size of the symbol: the operator at the greatest size with its growing axes'
+    extents and tensor dimensions scaled (its axis order and layouts, which construction and the weight packing
+    chose, stay as they are; an op.json round trip would not keep them)."""
+
+    top: TensorExpr | None = None
+    axes_grow: dict[int, int] = field(default_factory=dict)  # axis index -> factor
+    tensor_grow: dict[str, dict[int, int]] = field(default_factory=dict)  # tensor -> {dimension: factor}
+
+    def instantiate(self, values: Mapping[str, int]) -> TensorExpr:
+        key = self.check_values(values)
+        if key not in self._cache:
+            assert self.top is not None
+            v = key[0]
+
+            def grow(t: TensorDecl) -> TensorDecl:
+                g = self.tensor_grow.get(t.name)
+                return dataclasses.replace(t, shape=_scaled(t.shape, g, v)) if g else t
+
+            e = self.top
+            axes = tuple(dataclasses.replace(a, extent=v * self.axes_grow[i]) if i in self.axes_grow else a
+                         for i, a in enumerate(e.axes))
+            self._cache[key] = dataclasses.replace(e, axes=axes, inputs=tuple(grow(t) for t in e.inputs),
+                                                   output=grow(e.output))
+        return self._cache[key]
+
+    def growth(self) -> dict[str, dict[int, tuple[str, int]]]:
+        sym = self.symbols[0]
+        return {t: {d: (sym, f) for d, f in g.items()} for t, g in self.tensor_grow.items()}
+
+
+def _scaled_op(a: OpNode, b: OpNode, sym: str, lo: int, hi: int, other: int) -> ScaledOp | None:
+    """The operator of two nodes (the same operator at two sizes) at any size; None where it does not change."""
+    ea, eb = a.expr, b.expr
+    if len(ea.axes) != len(eb.axes) or [t.name for t in ea.tensors] != [t.name for t in eb.tensors]:
+        raise _Mismatch(f"operator {a.name} is not the same operator at both sizes")
+    axes_grow = _growth(tuple(x.extent for x in ea.axes), tuple(x.extent for x in eb.axes), hi, other,
+                        f"operator {a.name}'s axes")
+    tensor_grow = {}
+    for t, u in zip(ea.tensors, eb.tensors):
+        if t.view is not None or t.orig_shape is not None:
+            if t != u:
+                raise _Mismatch(f"operator {a.name} reads {t.name} through a view that changes with the size")
+            continue
+        g = _growth(t.shape, u.shape, hi, other, f"operator {a.name}'s {t.name}")
+        if g:
+            tensor_grow[t.name] = g
+    if not axes_grow and not tensor_grow:
+        if ea.content_hash() != eb.content_hash():
+            raise _Mismatch(f"operator {a.name} changes with the size other than in its sizes")
+        return None
+    op = ScaledOp({"name": ea.name}, {sym: (lo, hi)}, None, top=ea, axes_grow=axes_grow, tensor_grow=tensor_grow)
+    if op.instantiate({sym: other}).content_hash() != eb.content_hash() or op.instantiate({sym: other}) != eb:
+        raise _Mismatch(f"operator {a.name} changes with the size other than in its sizes")
+    return op
+
+
+@dataclass
+class GraphFamily:
+    """A fused graph at the symbol's greatest size, and what changes with the size."""
+
+    top: Graph
+    symbol: str
+    greatest: int
+    values: dict[str, dict[int, int]]  # value -> {dimension: factor} of the dimensions that grow
+    ops: dict[str, ScaledOp | None]  # op node name -> its operator at any size (None: the same at every size)
+    pieces: dict[tuple[str, int], tuple[dict[int, int], dict[int, int], dict[int, int]]]  # (node, piece) ->
+    # growth of src_start, dst_start, shape
+    _graphs: dict[int, Graph] = field(default_factory=dict, repr=False)
+
+    def at(self, v: int) -> Graph:
+        """The graph at size ``v``."""
+        if v not in self._graphs:
+            g = self.top
+            values = {n: dataclasses.replace(val, shape=_scaled(val.shape, self.values.get(n, {}), v))
+                      for n, val in g.values.items()}
+            nodes: list[Any] = []
+            for node in g.nodes:
+                if isinstance(node, OpNode):
+                    op = self.ops[node.name]
+                    nodes.append(node if op is None else dataclasses.replace(node, expr=op.instantiate(
+                        {self.symbol: v})))
+                elif isinstance(node, CopyNode):
+                    pieces = []
+                    for i, p in enumerate(node.pieces):
+                        gs, gd, gz = self.pieces[(node.name, i)]
+                        pieces.append(Piece(p.source, _scaled(p.src_start, gs, v), _scaled(p.dst_start, gd, v),
+                                            _scaled(p.shape, gz, v)))
+                    nodes.append(dataclasses.replace(node, pieces=tuple(pieces)))
+                else:
+                    nodes.append(node)
+            self._graphs[v] = Graph(g.name, list(g.inputs), list(g.outputs), values, dict(g.constants), nodes)
+        return self._graphs[v]
+
+
+def graph_family(top: Graph, other_graph: Graph, sym: str, lo: int, hi: int, other: int) -> GraphFamily | str:
+    """The family of two fused imports of one model (at ``hi`` and ``other``), or why they are not one."""
+    try:
+        if (top.inputs, top.outputs) != (other_graph.inputs, other_graph.outputs) or \
+                [type(n).__name__ + n.name for n in top.nodes] != \
+                [type(n).__name__ + n.name for n in other_graph.nodes] or set(top.values) != set(other_graph.values):
+            raise _Mismatch("the graph's steps differ between sizes (fusion or import decided otherwise)")
+        for name, arr in top.constants.items():
+            if name not in other_graph.constants or not np.array_equal(arr, other_graph.constants[name]):
+                raise _Mismatch(f"constant {name} changes with the size")
+        values = {}
+        for name, val in top.values.items():
+            grow = _growth(val.shape, other_graph.values[name].shape, hi, other, f"value {name}")
+            if grow:
+                values[name] = grow
+        ops: dict[str, ScaledOp | None] = {}
+        pieces: dict[tuple[str, int], tuple[dict[int, int], dict[int, int], dict[int, int]]] = {}
+        for a, b in zip(top.nodes, other_graph.nodes):
+            if isinstance(a, OpNode) and isinstance(b, OpNode):
+                if (a.inputs, a.output) != (b.inputs, b.output):
+                    raise _Mismatch(f"operator {a.name} reads or writes other values at another size")
+                ops[a.name] = _scaled_op(a, b, sym, lo, hi, other)
+            elif isinstance(a, CopyNode) and isinstance(b, CopyNode):
+                if len(a.pieces) != len(b.pieces):
+                    raise _Mismatch(f"copy {a.name} has other pieces at another size")
+                for i, (p, q) in enumerate(zip(a.pieces, b.pieces)):
+                    if p.source != q.source:
+                        raise _Mismatch(f"copy {a.name} has other pieces at another size")
+                    pieces[(a.name, i)] = (_growth(p.src_start, q.src_start, hi, other, f"copy {a.name}"),
+                                           _growth(p.dst_start, q.dst_start, hi, other, f"copy {a.name}"),
+                                           _growth(p.shape, q.shape, hi, other, f"copy {a.name}"))
+            elif isinstance(a, ViewNode) and isinstance(b, ViewNode) and (a.input, a.output) != (b.input, b.output):
+                raise _Mismatch(f"view {a.name} differs between sizes")
+    except _Mismatch as err:
+        return str(err)
+    fam = GraphFamily(top, sym, hi, values, ops, pieces)
+    check = fam.at(other)
+    if {k: v.shape for k, v in check.values.items()} != {k: v.shape for k, v in other_graph.values.items()}:
+        return "the graph at another size is not the greatest one's with its sizes substituted"
+    check.check()
+    return fam
+
+
+def _leads(shape: tuple[int, ...], grow: Mapping[int, int]) -> bool:
+    """True when only unit dimensions precede the one growing dimension: the rows of a size are a prefix."""
+    return len(grow) == 1 and all(d == 1 for d in shape[:min(grow)])
+
+
+@dataclass
+class GenericModel:
+    """A model with one open size, every operator a shape-generic kernel set (see the module docstring)."""
+
+    family: GraphFamily
+    hw: HardwareDesc
+    backend: Any
+    sets: dict[str, KernelSet]  # op node name -> its kernel set (nodes with one operator share the set)
+    artifacts: dict[int, list[Any]]  # id(kernel set) -> rendered kernels
+    device: Device
+    build_s: float = 0.0
+    _runners: dict[tuple[int, int], Runner] = field(default_factory=dict, repr=False)
+    _executor: Executor | None = field(default=None, repr=False)
+    _capacity: int = 0
+
+    @property
+    def kernels_compiled(self) -> int:
+        return len(self._runners)
+
+    def runner(self, ks: KernelSet, i: int) -> Runner:
+        key = (id(ks), i)
+        if key not in self._runners:
+            self._runners[key] = self.backend.compile(self.artifacts[id(ks)][i], self.hw, None)
+        return self._runners[key]
+
+    def capacity(self, v: int) -> int:
+        """Rows of the symbol every buffer must hold to run size ``v``: the most any kernel's blocks cover."""
+        need = max([v] + [ks.rows(ks.choose(v), v) for ks in self.sets.values()])
+        cap = 1
+        while cap < need:
+            cap *= 2
+        return min(max(cap, self._capacity), self.family.greatest)
+
+    def executor(self, v: int) -> Executor:
+        """The executor whose buffers hold size ``v`` (re-planned, and the constants uploaded again, when a
+        size needs more than the last plan holds)."""
+        cap = self.capacity(v)
+        if self._executor is None or cap > self._capacity:
+            g = self.family.at(cap)
+            pads: dict[str, tuple[InputPad | None, ...]] = {}
+            for node in g.op_nodes:
+                ks = self.sets[node.name]
+                pads[kernel_key(node)] = self._pads(ks, node, cap)
+            p = plan(g, pads)
+            self._executor = Executor(g, p, {}, self.device)
+            self._capacity = cap
+        return self._executor
+
+    def _pads(self, ks: KernelSet, node: OpNode, cap: int) -> tuple[InputPad | None, ...]:
+        """How the node's kernels read each input at capacity ``cap``: launch.json's padding (built at the
+        greatest size), with the padded shape's growing dimension at ``cap``."""
+        out: list[InputPad | None] = []
+        for spec, t in zip([a for a in self.artifacts[id(ks)][0].launch["arguments"] if a["role"] == "input"],
+                           node.expr.inputs):
+            p = spec.get("pad")
+            if p is None:
+                out.append(None)
+                continue
+            shape = tuple(int(d) + b + a for d, b, a in zip(t.storage_shape, p["before"], p["after"]))
+            out.append(InputPad(shape, tuple(zip(p["before"], p["after"])), float(p["value"]),
+                                spec.get("dtype", "float32")))
+        return tuple(out)
+
+    def _launchers(self, v: int, ex: Executor) -> dict[str, Runner]:
+        out: dict[str, Runner] = {}
+        for node in ex.graph.op_nodes:
+            key = kernel_key(node)
+            if key in out:
+                continue
+            ks = self.sets[node.name]
+            i = ks.choose(v)
+            out[key] = self.runner(ks, i).with_launch(ks.blocks(i, v), tuple(node.expr.output.storage_shape))
+        return out
+
+    def value_shape(self, name: str, v: int) -> tuple[int, ...]:
+        val = self.family.top.values[name]
+        return _scaled(val.shape, self.family.values.get(name, {}), v)
+
+    def run(self, inputs: Mapping[str, np.ndarray], v: int) -> dict[str, np.ndarray]:
+        ex = self._prepare(inputs, v)
+        ex.enqueue()
+        outputs = {}
+        for name in ex.graph.outputs:
+            val = ex.graph.values[name]
+            kind = dtype_of(val.dtype)
+            host: np.ndarray = np.empty(self.value_shape(name, v), dtype=kind.storage)
+            self.device.download(ex.buffers[ex.plan.value_buffer[name]], host)
+            outputs[name] = kind.from_storage(host)
+        return outputs
+
+    def _prepare(self, inputs: Mapping[str, np.ndarray], v: int) -> Executor:
+        ex = self.executor(v)
+        ex.runners = self._launchers(v, ex)
+        ex.load_constants()
+        for name in ex.graph.inputs:
+            val = ex.graph.values[name]
+            arr: np.ndarray = np.ascontiguousarray(inputs[name], dtype=dtype_of(val.dtype).host)
+            if tuple(arr.shape) != self.value_shape(name, v):
+                raise InputError(f"input {name!r} has shape {list(arr.shape)}, the model takes "
+                                 f"{list(self.value_shape(name, v))} at {self.family.symbol}={v}")
+            self.device.upload(ex.buffers[ex.plan.value_buffer[name]], dtype_of(val.dtype).to_storage(arr))
+        return ex
+
+    def time(self, inputs: Mapping[str, np.ndarray], v: int, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds of each of ``repeat`` runs of the steps at size ``v`` (inputs uploaded once)."""
+        ex = self._prepare(inputs, v)
+        out = []
+        for i in range(warmup + repeat):
+            t = time.perf_counter()
+            ex.enqueue()
+            self.device.finish()
+            if i >= warmup:
+                out.append(time.perf_counter() - t)
+        return out
+
+
+def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> GenericModel | str:
+    """Kernel sets for every operator of ``family`` (compiled and launched once each, so that no run
+    compiles), or why one kernel per operator cannot serve every size."""
+    from roller.shape_generic import GenericKernel
+
+    t = time.perf_counter()
+    if not backend.sub_grid:
+        return f"the {backend.name} backend launches every kernel on the grid it was built for"
+    g = family.top
+    for name in [*g.inputs, *g.outputs]:
+        grow = family.values.get(name, {})
+        if grow and not _leads(g.values[name].shape, grow):
+            return f"the size does not lead {name}'s dimensions"
+    sets: dict[str, KernelSet] = {}
+    by_key: dict[str, KernelSet] = {}
+    for node in g.op_nodes:
+        key = kernel_key(node)
+        if key not in by_key:
+            op = family.ops[node.name]
+            if op is None:
+                return f"operator {node.name} does not depend on the size (a kernel built for one size serves)"
+            ks = construct_generic(op, hw, matrix=backend.matrix_support)
+            if isinstance(ks, str):
+                return f"operator {node.name}: {ks}"
+            by_key[key] = ks
+        sets[node.name] = by_key[key]
+    artifacts = {id(ks): [backend.render(p, hw) for p in ks.programs] for ks in by_key.values()}
+    model = GenericModel(family, hw, backend, sets, artifacts, backend.device())
+    for ks in by_key.values():
+        warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[id(ks)])
+        warm.warm()
+        for i, r in warm._runners.items():
+            model._runners[(id(ks), i)] = r
+    model.build_s = time.perf_counter() - t
+    return model
