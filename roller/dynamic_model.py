@@ -258,7 +258,10 @@ def _generic(model: DynamicModel) -> Any:
         return f"{sym} takes one value"
     graphs = []
     for v in (hi, other):
-        g = import_model(model.source, model.shapes({sym: v}))
+        try:
+            g = import_model(model.source, model.shapes({sym: v}))
+        except InputError as err:
+            return f"at {sym}={v}: {err}"
         g, _ = fuse_model_graph(g, model.hw, model.backend, model.options.get("fuse", "solver"))
         pack_constants(g, lambda expr, consts: choose_layout(expr, model.hw, consts, model.backend.matrix_support))
         graphs.append(g)

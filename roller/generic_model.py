@@ -124,8 +124,9 @@ class GraphFamily:
     symbol: str
     greatest: int
     values: dict[str, dict[int, int]]  # value -> {dimension: factor} of the dimensions that grow
-    ops: dict[str, ScaledOp | None]  # op node name -> its operator at any size (None: the same at every size)
-    pieces: dict[tuple[str, int], tuple[dict[int, int], dict[int, int], dict[int, int]]]  # (node, piece) ->
+    # keyed by the value a step writes (node names repeat: one ONNX node can become several steps)
+    ops: dict[str, ScaledOp | None]  # -> the step's operator at any size (None: the same at every size)
+    pieces: dict[tuple[str, int], tuple[dict[int, int], dict[int, int], dict[int, int]]]  # (output, piece) ->
     # growth of src_start, dst_start, shape
     _graphs: dict[int, Graph] = field(default_factory=dict, repr=False)
 
@@ -138,13 +139,13 @@ class GraphFamily:
             nodes: list[Any] = []
             for node in g.nodes:
                 if isinstance(node, OpNode):
-                    op = self.ops[node.name]
+                    op = self.ops[node.output]
                     nodes.append(node if op is None else dataclasses.replace(node, expr=op.instantiate(
                         {self.symbol: v})))
                 elif isinstance(node, CopyNode):
                     pieces = []
                     for i, p in enumerate(node.pieces):
-                        gs, gd, gz = self.pieces[(node.name, i)]
+                        gs, gd, gz = self.pieces[(node.output, i)]
                         pieces.append(Piece(p.source, _scaled(p.src_start, gs, v), _scaled(p.dst_start, gd, v),
                                             _scaled(p.shape, gz, v)))
                     nodes.append(dataclasses.replace(node, pieces=tuple(pieces)))
@@ -175,14 +176,14 @@ def graph_family(top: Graph, other_graph: Graph, sym: str, lo: int, hi: int, oth
             if isinstance(a, OpNode) and isinstance(b, OpNode):
                 if (a.inputs, a.output) != (b.inputs, b.output):
                     raise _Mismatch(f"operator {a.name} reads or writes other values at another size")
-                ops[a.name] = _scaled_op(a, b, sym, lo, hi, other)
+                ops[a.output] = _scaled_op(a, b, sym, lo, hi, other)
             elif isinstance(a, CopyNode) and isinstance(b, CopyNode):
                 if len(a.pieces) != len(b.pieces):
                     raise _Mismatch(f"copy {a.name} has other pieces at another size")
                 for i, (p, q) in enumerate(zip(a.pieces, b.pieces)):
                     if p.source != q.source:
                         raise _Mismatch(f"copy {a.name} has other pieces at another size")
-                    pieces[(a.name, i)] = (_growth(p.src_start, q.src_start, hi, other, f"copy {a.name}"),
+                    pieces[(a.output, i)] = (_growth(p.src_start, q.src_start, hi, other, f"copy {a.name}"),
                                            _growth(p.dst_start, q.dst_start, hi, other, f"copy {a.name}"),
                                            _growth(p.shape, q.shape, hi, other, f"copy {a.name}"))
             elif isinstance(a, ViewNode) and isinstance(b, ViewNode) and (a.input, a.output) != (b.input, b.output):
@@ -193,7 +194,10 @@ def graph_family(top: Graph, other_graph: Graph, sym: str, lo: int, hi: int, oth
     check = fam.at(other)
     if {k: v.shape for k, v in check.values.items()} != {k: v.shape for k, v in other_graph.values.items()}:
         return "the graph at another size is not the greatest one's with its sizes substituted"
-    check.check()
+    try:
+        check.check()
+    except AssertionError as err:
+        return f"the graph with its sizes substituted does not hold together ({err})"
     return fam
 
 
@@ -209,7 +213,7 @@ class GenericModel:
     family: GraphFamily
     hw: HardwareDesc
     backend: Any
-    sets: dict[str, KernelSet]  # op node name -> its kernel set (nodes with one operator share the set)
+    sets: dict[str, KernelSet]  # the value an op node writes -> its kernel set (one operator: one set)
     artifacts: dict[int, list[Any]]  # id(kernel set) -> rendered kernels
     device: Device
     build_s: float = 0.0
@@ -243,7 +247,7 @@ class GenericModel:
             g = self.family.at(cap)
             pads: dict[str, tuple[InputPad | None, ...]] = {}
             for node in g.op_nodes:
-                ks = self.sets[node.name]
+                ks = self.sets[node.output]
                 pads[kernel_key(node)] = self._pads(ks, node, cap)
             p = plan(g, pads)
             self._executor = Executor(g, p, {}, self.device)
@@ -271,7 +275,7 @@ class GenericModel:
             key = kernel_key(node)
             if key in out:
                 continue
-            ks = self.sets[node.name]
+            ks = self.sets[node.output]
             i = ks.choose(v)
             out[key] = self.runner(ks, i).with_launch(ks.blocks(i, v), tuple(node.expr.output.storage_shape))
         return out
@@ -336,14 +340,14 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> Generi
     for node in g.op_nodes:
         key = kernel_key(node)
         if key not in by_key:
-            op = family.ops[node.name]
+            op = family.ops[node.output]
             if op is None:
                 return f"operator {node.name} does not depend on the size (a kernel built for one size serves)"
             ks = construct_generic(op, hw, matrix=backend.matrix_support)
             if isinstance(ks, str):
                 return f"operator {node.name}: {ks}"
             by_key[key] = ks
-        sets[node.name] = by_key[key]
+        sets[node.output] = by_key[key]
     artifacts = {id(ks): [backend.render(p, hw) for p in ks.programs] for ks in by_key.values()}
     model = GenericModel(family, hw, backend, sets, artifacts, backend.device())
     for ks in by_key.values():
