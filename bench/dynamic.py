@@ -132,6 +132,99 @@ def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, h
     return rows
 
 
+def resnet18(batch_name: str = "n") -> Any:
+    """ResNet-18 as torchvision defines it (7x7/2 stem, 3x3/2 max pool, four stages of two basic blocks with
+    1x1/2 projections, global average pool, 1000-way Gemm), BatchNormalization kept, random weights, the batch
+    left open: tests/zoo_graphs.py's builder, so no torch is needed."""
+    from onnx import TensorProto, helper
+
+    from tests.zoo_graphs import IR_VERSION, OPSET, _Builder
+
+    b = _Builder("resnet18")
+    h = b.node("Relu", [b.batchnorm(b.conv("x", 3, 64, 7, bias=False, strides=[2, 2], pads=[3, 3, 3, 3]), 64)])
+    h = b.node("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c = 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            stride = 2 if stage and not block else 1
+            t = b.node("Relu", [b.batchnorm(b.conv(h, c, width, 3, bias=False, strides=[stride, stride],
+                                                   pads=[1, 1, 1, 1]), width)])
+            t = b.batchnorm(b.conv(t, width, width, 3, bias=False, pads=[1, 1, 1, 1]), width)
+            skip = h if stride == 1 and c == width else b.batchnorm(
+                b.conv(h, c, width, 1, bias=False, strides=[stride, stride]), width)
+            h, c = b.node("Relu", [b.node("Add", [t, skip])]), width
+    h = b.node("Flatten", [b.node("GlobalAveragePool", [h])], axis=1)
+    b.node("Gemm", [h, b.normal((1000, 512), 0.03), b.uniform((1000,), -0.1, 0.1)], ["logits"], transB=1)
+    graph = helper.make_graph(b.nodes, "resnet18",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_name, 3, 224, 224])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch_name, 1000])],
+                              initializer=b.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def measure_cnn(hw: str, batches: tuple[int, ...], rounds: int, repeat: int) -> dict[str, Any]:
+    """ResNet-18 with an open batch: one DynamicModel built once (shape-generic kernels) against a model built
+    for each exact batch and against onnxruntime, same process, alternating."""
+    import onnxruntime as ort
+
+    import roller
+
+    proto = resnet18()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    t = time.perf_counter()
+    m = roller.compile_model(proto, hw=hw, ranges={"n": (1, max(batches))})
+    build = time.perf_counter() - t
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in batches:
+        feeds = {"x": rng.standard_normal((n, 3, 224, 224)).astype(np.float32)}
+        t = time.perf_counter()
+        m.run(feeds)
+        first = time.perf_counter() - t
+        err = max(float(v) for v in m.check(feeds)["max_abs_error"].values())
+        t = time.perf_counter()
+        exact = roller.compile_model(proto, hw=hw, shapes={"x": [n, 3, 224, 224]})
+        exact.run(feeds)
+        exact_first = time.perf_counter() - t
+        g_t: list[float] = []
+        e_t: list[float] = []
+        o_t: list[float] = []
+        for _ in range(rounds):
+            g_t.append(m.benchmark(feeds, repeat=repeat, warmup=1))
+            e_t.append(exact.benchmark(repeat=repeat, warmup=1, inputs=feeds))
+            batch = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                sess.run(None, feeds)
+                batch.append(time.perf_counter() - t)
+            o_t.append(statistics.median(batch))
+        g, e, o = (statistics.median(x) for x in (g_t, e_t, o_t))
+        rows.append({"batch": n, "generic_ms": g * 1e3, "exact_ms": e * 1e3, "onnxruntime_ms": o * 1e3,
+                     "generic_vs_exact": g / e, "generic_vs_ort": g / o, "first_call_s": first,
+                     "exact_first_call_s": exact_first, "max_abs_err": err})
+        print(f"  resnet18 n={n}: generic {g * 1e3:.1f} ms, exact {e * 1e3:.1f} ms ({g / e:.2f}x), onnxruntime "
+              f"{o * 1e3:.1f} ms; first call {first:.2f} s vs {exact_first:.1f} s", file=sys.stderr)
+    return {"mode": m.mode, "why": m.why, "build_s": build,
+            "kernels": m.generic.kernels_compiled if m.generic is not None else None, "rows": rows}
+
+
+def cnn_table(res: dict[str, Any]) -> str:
+    lines = [f"mode {res['mode']}; one build {res['build_s']:.1f} s, {res['kernels']} kernels compiled", "",
+             ("| batch | generic ms | exact-batch ms | generic / exact | onnxruntime ms | generic / ORT | "
+              "first call generic s | first call exact s | max abs err |"), "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['batch']} | {r['generic_ms']:.1f} | {r['exact_ms']:.1f} | {r['generic_vs_exact']:.2f} | "
+                     f"{r['onnxruntime_ms']:.1f} | {r['generic_vs_ort']:.2f} | {r['first_call_s']:.2f} | "
+                     f"{r['exact_first_call_s']:.1f} | {r['max_abs_err']:.1e} |")
+    ratios = [r["generic_vs_exact"] for r in res["rows"]]
+    lines.append("")
+    lines.append(f"geomean generic / exact {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    return "\n".join(lines)
+
+
 def model_table(rows: list[dict[str, Any]]) -> str:
     lines = [("| seq | first call s (of which build) | Roller ms | onnxruntime ms | Roller / ORT | kernels built | "
              "launches | max abs err |"), "|---|---|---|---|---|---|---|---|"]
@@ -157,6 +250,8 @@ def table(results: list[dict[str, Any]], hw: str) -> str:
         lines.append(f"{res['op']}: geomean generic / exact {res['geomean_ratio']:.2f}x, worst "
                      f"{res['worst_ratio']:.2f}x")
     allr = [r["ratio"] for res in results for r in res["rows"]]
+    if not allr:
+        return ""
     lines.append(f"All sizes: geomean {math.exp(sum(map(math.log, allr)) / len(allr)):.2f}x over {len(allr)} sizes")
     return "\n".join(lines)
 
@@ -166,15 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hw", default="pocl-cpu")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--only", default="", help="ops whose label contains this")
+    p.add_argument("--only", default="", help="ops whose label contains this ('none': no single ops)")
     p.add_argument("--model", action="store_true", help="also a BERT-base-sized layer over sequence lengths")
     p.add_argument("--lengths", default="1,17,128,384,512", help="sequence lengths for --model")
+    p.add_argument("--cnn", action="store_true", help="also ResNet-18 over batch sizes")
+    p.add_argument("--batches", default="1,2,5,8,16", help="batch sizes for --cnn")
     p.add_argument("--md", type=Path)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     os.environ["ROLLER_CACHE_DIR"] = tempfile.mkdtemp(prefix="roller-bench-dynamic-")
     results = [measure(label, doc, sizes, args.hw, args.rounds, args.repeat)
-               for label, doc, sizes in OPS if args.only in label]
+               for label, doc, sizes in OPS if args.only in label] if args.only != "none" else []
     text = table(results, args.hw)
     model_rows: list[dict[str, Any]] = []
     if args.model:
@@ -182,12 +279,17 @@ def main(argv: list[str] | None = None) -> int:
                                    args.repeat)
         text += "\n\nBERT-base-sized layer (hidden 768, 12 heads), one DynamicModel over the sequence length:\n\n"
         text += model_table(model_rows)
+    cnn: dict[str, Any] = {}
+    if args.cnn:
+        cnn = measure_cnn(args.hw, tuple(int(v) for v in args.batches.split(",")), args.rounds, args.repeat)
+        text += "\n\nResNet-18 (BatchNormalization kept, random weights), one DynamicModel over the batch:\n\n"
+        text += cnn_table(cnn)
     print(text)
     if args.md:
         args.md.write_text(text + "\n")
     if args.json:
         args.json.write_text(json.dumps({"cpu": cpu_name(), "hw": args.hw, "results": results,
-                                         "model": model_rows}, indent=1))
+                                         "model": model_rows, "cnn": cnn}, indent=1))
     return 0
 
 

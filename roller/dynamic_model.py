@@ -19,6 +19,7 @@ import numpy as np
 from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
+from roller.ir.tensor_expr import TensorExpr
 
 
 def open_dims(proto: Any, shapes: Mapping[str, Any] | None) -> dict[str, dict[int, str]]:
@@ -237,13 +238,17 @@ def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[i
     return model
 
 
+class _Diverged(Exception):
+    """Fusion at a second size asked for the cost of another operator than at the first."""
+
+
 def _generic(model: DynamicModel) -> Any:
     """The model's GenericModel, or why one build cannot serve every size."""
     from roller.construction.layout import choose_layout
     from roller.frontends.onnx import import_model
     from roller.generic_model import generic_model, graph_family
     from roller.graph.passes import pack_constants
-    from roller.models import fuse_model_graph
+    from roller.models import fuse_model_graph, predicted_seconds
 
     if len(model.symbols) != 1:
         return f"{len(model.symbols)} sizes are open; one build serves one"
@@ -256,13 +261,30 @@ def _generic(model: DynamicModel) -> Any:
         other = lo
     if other == hi:
         return f"{sym} takes one value"
+    # Fusion costs its candidates at the size it fuses, and decides otherwise at another (ResNet-18's solver put
+    # a residual add into the other convolution at half the batch): the second size's fusion is given the
+    # greatest one's costs, candidate by candidate in the order asked, so that it makes the same decisions.
+    predict = predicted_seconds(model.hw, model.backend.matrix_support)
+    costs: list[tuple[str, float]] = []
+
+    def record(expr: TensorExpr) -> float:
+        costs.append((expr.statement(), predict(expr)))
+        return costs[-1][1]
+
+    def replay(expr: TensorExpr) -> float:
+        if not costs or costs[0][0] != expr.statement():
+            raise _Diverged
+        return costs.pop(0)[1]
+
     graphs = []
-    for v in (hi, other):
+    for v, seconds in ((hi, record), (other, replay)):
         try:
             g = import_model(model.source, model.shapes({sym: v}))
+            g, _ = fuse_model_graph(g, model.hw, model.backend, model.options.get("fuse", "solver"), seconds)
         except InputError as err:
             return f"at {sym}={v}: {err}"
-        g, _ = fuse_model_graph(g, model.hw, model.backend, model.options.get("fuse", "solver"))
+        except _Diverged:
+            return "fusion asks for other operators at another size"
         pack_constants(g, lambda expr, consts: choose_layout(expr, model.hw, consts, model.backend.matrix_support))
         graphs.append(g)
     family = graph_family(graphs[0], graphs[1], sym, lo, hi, other)

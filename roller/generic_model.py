@@ -158,9 +158,12 @@ class GraphFamily:
 def graph_family(top: Graph, other_graph: Graph, sym: str, lo: int, hi: int, other: int) -> GraphFamily | str:
     """The family of two fused imports of one model (at ``hi`` and ``other``), or why they are not one."""
     try:
+        # Steps are matched by the value they write: fusion may order independent steps otherwise at another
+        # size, which changes nothing (the greatest size's order is the one run).
+        others = {n.output: n for n in other_graph.nodes}
         if (top.inputs, top.outputs) != (other_graph.inputs, other_graph.outputs) or \
-                [type(n).__name__ + n.name for n in top.nodes] != \
-                [type(n).__name__ + n.name for n in other_graph.nodes] or set(top.values) != set(other_graph.values):
+                set(top.values) != set(other_graph.values) or len(others) != len(top.nodes) or \
+                any(type(others.get(n.output)) is not type(n) or others[n.output].name != n.name for n in top.nodes):
             raise _Mismatch("the graph's steps differ between sizes (fusion or import decided otherwise)")
         for name, arr in top.constants.items():
             if name not in other_graph.constants or not np.array_equal(arr, other_graph.constants[name]):
@@ -172,7 +175,7 @@ def graph_family(top: Graph, other_graph: Graph, sym: str, lo: int, hi: int, oth
                 values[name] = grow
         ops: dict[str, ScaledOp | None] = {}
         pieces: dict[tuple[str, int], tuple[dict[int, int], dict[int, int], dict[int, int]]] = {}
-        for a, b in zip(top.nodes, other_graph.nodes):
+        for a, b in ((n, others[n.output]) for n in top.nodes):
             if isinstance(a, OpNode) and isinstance(b, OpNode):
                 if (a.inputs, a.output) != (b.inputs, b.output):
                     raise _Mismatch(f"operator {a.name} reads or writes other values at another size")

@@ -242,12 +242,14 @@ def fuse_method(fuse: object) -> str:
                      field="fuse")
 
 
-def fuse_model_graph(graph: Graph, hw: HardwareDesc, backend: Any, method: str) -> tuple[Graph, FusionReport | None]:
-    """``graph`` fused by ``method`` (``FUSE_METHODS``), costing operators with construction's best program for
-    ``hw`` as the micro-performance model predicts it; (graph, None) for "none"."""
+def fuse_model_graph(graph: Graph, hw: HardwareDesc, backend: Any, method: str,
+                     seconds: Callable[[TensorExpr], float] | None = None) -> tuple[Graph, FusionReport | None]:
+    """``graph`` fused by ``method`` (``FUSE_METHODS``), costing operators with ``seconds`` (default:
+    construction's best program for ``hw`` as the micro-performance model predicts it); (graph, None) for
+    "none"."""
     if method == "none":
         return graph, None
-    seconds = predicted_seconds(hw, backend.matrix_support)
+    seconds = seconds or predicted_seconds(hw, backend.matrix_support)
     rows = backend.row_kernels
     if method == "solver":
         return orchestrate(graph, seconds, rows=rows)

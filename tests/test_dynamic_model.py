@@ -8,7 +8,7 @@ import pytest
 import roller
 from roller.dynamic_model import DynamicModel
 from roller.errors import InputError
-from tests.zoo_graphs import dynamic_attention_block, open_sizes, residual_block
+from tests.zoo_graphs import ALL, dynamic_attention_block, open_sizes, residual_block
 
 
 @pytest.mark.slow
@@ -63,3 +63,19 @@ def test_open_sizes_are_checked() -> None:
     with pytest.raises(InputError, match="ranges.seq"):
         roller.compile_model(dynamic_attention_block(), hw="pocl-cpu", ranges={"seq": (0, 8)})
     assert not m.models   # nothing was built for a refused run
+
+
+@pytest.mark.parametrize("builder", ["inverted_residual_block", "dense_block", "squeeze_excite", "grouped_conv",
+                                     "pooling_zoo", "classifier_head"])
+def test_zoo_blocks_with_an_open_batch(builder: str) -> None:
+    """The zoo's CNN patterns (depthwise and grouped convolutions, concatenations, squeeze-excite's broadcast
+    scale, pooling) at three batches against onnxruntime, built once; a softmax head's row kernel is built per
+    size."""
+    proto, inputs = ALL[builder]()
+    (name, x), = inputs.items()
+    out = proto.graph.output[0].name
+    m = roller.compile_model(open_sizes(proto, {name: {0: "n"}, out: {0: "n"}}), hw="pocl-cpu",
+                             ranges={"n": (1, 16)})
+    assert m.mode == ("per-size" if builder == "classifier_head" else "generic"), m.why
+    for n in (1, 5, 16):
+        assert m.check({name: np.concatenate([x] * n)})["ok"]
