@@ -64,7 +64,11 @@ class DynamicModel:
 
     @property
     def mode(self) -> str:
-        return "generic" if self.generic is not None else "per-size"
+        """"generic": one build serves every size; "mixed": so do most operators' kernels, the others are built
+        at each size's first run (``why`` names one); "per-size": the whole model is built for each size."""
+        if self.generic is None:
+            return "per-size"
+        return "mixed" if self.generic.exact else "generic"
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -233,6 +237,7 @@ def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[i
             model.why = found
         else:
             model.generic = found
+            model.why = next((why for _, why in found.exact.values()), "")
     else:
         model.why = "compile_model(..., generic=False)"
     return model

@@ -219,14 +219,34 @@ class GenericModel:
     sets: dict[str, KernelSet]  # the value an op node writes -> its kernel set (one operator: one set)
     artifacts: dict[int, list[Any]]  # id(kernel set) -> rendered kernels
     device: Device
+    # the value an op node writes -> its operator and why it has no kernel set: built for each size instead
+    exact: dict[str, tuple[ScaledOp, str]] = field(default_factory=dict)
     build_s: float = 0.0
     _runners: dict[tuple[int, int], Runner] = field(default_factory=dict, repr=False)
     _executor: Executor | None = field(default=None, repr=False)
     _capacity: int = 0
 
+    _exact_runners: dict[tuple[str, int], Runner] = field(default_factory=dict, repr=False)
+
     @property
     def kernels_compiled(self) -> int:
-        return len(self._runners)
+        """Kernels compiled so far: the kernel sets' (at build) and the per-size operators'."""
+        return len(self._runners) + len(self._exact_runners)
+
+    @property
+    def per_size_compiled(self) -> int:
+        return len(self._exact_runners)
+
+    def exact_runner(self, output: str, v: int) -> Runner:
+        """The kernel of a per-size operator at size ``v`` (built and compiled at its first use)."""
+        from roller.api import build_kernel
+
+        op = self.exact[output][0]
+        expr = op.instantiate({self.family.symbol: v})
+        key = (expr.content_hash(), v)
+        if key not in self._exact_runners:
+            self._exact_runners[key] = build_kernel(expr, self.hw, self.backend).runner
+        return self._exact_runners[key]
 
     def runner(self, ks: KernelSet, i: int) -> Runner:
         key = (id(ks), i)
@@ -250,8 +270,8 @@ class GenericModel:
             g = self.family.at(cap)
             pads: dict[str, tuple[InputPad | None, ...]] = {}
             for node in g.op_nodes:
-                ks = self.sets[node.output]
-                pads[kernel_key(node)] = self._pads(ks, node, cap)
+                if node.output in self.sets:
+                    pads[kernel_key(node)] = self._pads(self.sets[node.output], node, cap)
             p = plan(g, pads)
             self._executor = Executor(g, p, {}, self.device)
             self._capacity = cap
@@ -277,6 +297,9 @@ class GenericModel:
         for node in ex.graph.op_nodes:
             key = kernel_key(node)
             if key in out:
+                continue
+            if node.output in self.exact:
+                out[key] = self.exact_runner(node.output, v)
                 continue
             ks = self.sets[node.output]
             i = ks.choose(v)
@@ -326,8 +349,9 @@ class GenericModel:
 
 
 def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> GenericModel | str:
-    """Kernel sets for every operator of ``family`` (compiled and launched once each, so that no run
-    compiles), or why one kernel per operator cannot serve every size."""
+    """Kernel sets for the operators of ``family`` that have one (compiled and launched once each, so that no
+    run compiles them), the others built for each size at its first run; or why the model cannot run so."""
+    from roller.construction import prepared
     from roller.shape_generic import GenericKernel
 
     t = time.perf_counter()
@@ -338,25 +362,42 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> Generi
         grow = family.values.get(name, {})
         if grow and not _leads(g.values[name].shape, grow):
             return f"the size does not lead {name}'s dimensions"
+    # A copy's rectangles are planned at the capacity, which lays out only a value the size leads as it lies
+    # at a smaller size (a prefix of rows).
+    for node in g.nodes:
+        if isinstance(node, CopyNode):
+            for name in (*node.reads, node.output):
+                grow = family.values.get(name, {})
+                if grow and not _leads(g.values[name].shape, grow):
+                    return f"copy {node.name} moves {name}, which the size does not lead"
     sets: dict[str, KernelSet] = {}
-    by_key: dict[str, KernelSet] = {}
+    by_key: dict[str, KernelSet | str] = {}
+    exact: dict[str, tuple[ScaledOp, str]] = {}
     for node in g.op_nodes:
         key = kernel_key(node)
+        op = family.ops[node.output]
+        if op is None:
+            return f"operator {node.name} does not depend on the size (a kernel built for one size serves)"
         if key not in by_key:
-            op = family.ops[node.output]
-            if op is None:
-                return f"operator {node.name} does not depend on the size (a kernel built for one size serves)"
-            ks = construct_generic(op, hw, matrix=backend.matrix_support)
-            if isinstance(ks, str):
-                return f"operator {node.name}: {ks}"
-            by_key[key] = ks
-        sets[node.output] = by_key[key]
-    artifacts = {id(ks): [backend.render(p, hw) for p in ks.programs] for ks in by_key.values()}
-    model = GenericModel(family, hw, backend, sets, artifacts, backend.device())
-    for ks in by_key.values():
-        warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[id(ks)])
+            found = construct_generic(op, hw, matrix=backend.matrix_support)
+            if isinstance(found, str):
+                top = prepared(op.instantiate({family.symbol: family.greatest}), hw)
+                if top.preparation is not None and top.preparation.pads:
+                    # Padded inputs are planned at the capacity: a kernel built for one size reads them there.
+                    return f"operator {node.name}: {found}, and it reads padded inputs"
+            by_key[key] = found
+        found = by_key[key]
+        if isinstance(found, str):
+            exact[node.output] = (op, f"operator {node.name}: {found}")
+        else:
+            sets[node.output] = found
+    kept = {id(ks): ks for ks in by_key.values() if not isinstance(ks, str)}
+    artifacts = {i: [backend.render(p, hw) for p in ks.programs] for i, ks in kept.items()}
+    model = GenericModel(family, hw, backend, sets, artifacts, backend.device(), exact=exact)
+    for i, ks in kept.items():
+        warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[i])
         warm.warm()
-        for i, r in warm._runners.items():
-            model._runners[(id(ks), i)] = r
+        for j, r in warm._runners.items():
+            model._runners[(i, j)] = r
     model.build_s = time.perf_counter() - t
     return model
