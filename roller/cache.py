@@ -295,7 +295,9 @@ def info() -> dict[str, Any]:
                     total += os.lstat(os.path.join(dirpath, f)).st_size
                 except OSError:
                     pass
-    return {"dir": str(root), "enabled": enabled(), "entries": entries, "bytes": total}
+    hw_dir = root / "hw"
+    measured = sorted(str(p) for p in hw_dir.glob("*.yaml")) if hw_dir.is_dir() else []
+    return {"dir": str(root), "enabled": enabled(), "entries": entries, "bytes": total, "descriptions": measured}
 
 
 def clear() -> int:
