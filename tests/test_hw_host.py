@@ -122,13 +122,20 @@ def test_a_damaged_description_is_probed_again(probed: tuple[Path, Path], tmp_pa
 
 
 @pytest.mark.slow
-def test_without_a_cache_each_process_probes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("why", ["disabled", "unwritable"])
+def test_without_a_cache_each_process_probes(tmp_path: Path, why: str) -> None:
     _need_device()
-    proc = _roller(["hw", "show", "host"], tmp_path, ROLLER_NO_CACHE="1")
+    if why == "disabled":
+        folder, env, tail = tmp_path, {"ROLLER_NO_CACHE": "1"}, "not cached: ROLLER_NO_CACHE is set"
+    else:
+        folder, env = tmp_path / "a-file", {}
+        folder.write_text("not a folder")
+        tail = f"not cached: {folder}/hw: Not a directory"
+    proc = _roller(["build", "--hw", "host", "examples/matmul.json", "--dry-run", "--top-k", "1"], folder, **env)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].endswith("not cached: ROLLER_NO_CACHE is set"), proc.stderr
-    assert "\nname: host\n" in proc.stdout
+    assert len(lines) == 1 and lines[0].endswith(tail), proc.stderr
+    assert proc.stdout.startswith("matmul_256 on host (opencl)")
     assert not (tmp_path / "hw").exists()
 
 

@@ -109,7 +109,7 @@ def _usable(path: Path) -> tuple[bool, str]:
     try:
         desc = hw.load_text(text, str(path))
     except InputError as err:
-        return False, f"it does not load: {err}"
+        return False, f"it does not load: {str(err).splitlines()[0]}"
     if desc.name != NAME:
         return False, f"it describes {desc.name!r}"
     return True, ""
@@ -125,6 +125,8 @@ def description(name: str = NAME) -> Path:
     import_opencl()
     dev = _device()
     path = cache_path(dev, probe_mode)
+    if str(path) in _PROCESS:   # probed by this process already, where it could not be cached
+        return _PROCESS[str(path)]
     if not cache.enabled():
         return _uncached(dev, probe_mode, path, "ROLLER_NO_CACHE is set")
     ok, damaged = _usable(path)
@@ -145,18 +147,17 @@ def description(name: str = NAME) -> Path:
             cache.write_checked(path, text)
         except OSError as err:
             _finish(seconds, f"not cached ({path}: {err.strerror or err})")
-            return _scratch_file(path.name, text)
+            _PROCESS[str(path)] = _scratch_file(path.name, text)
+            return _PROCESS[str(path)]
         _finish(seconds, f"cached at {path}")
     return path
 
 
 def _uncached(dev: Any, probe_mode: str, path: Path, why: str) -> Path:
-    memo = str(path)
-    if memo not in _PROCESS:
-        text, seconds = _probe(dev, probe_mode)
-        _finish(seconds, f"not cached: {why}")
-        _PROCESS[memo] = _scratch_file(path.name, text)
-    return _PROCESS[memo]
+    text, seconds = _probe(dev, probe_mode)
+    _finish(seconds, f"not cached: {why}")
+    _PROCESS[str(path)] = _scratch_file(path.name, text)
+    return _PROCESS[str(path)]
 
 
 def _scratch_file(filename: str, text: str) -> Path:
