@@ -71,7 +71,8 @@ def test_first_use_probes_and_caches(probed: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.slow
-def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
     folder, path = probed
     before = path.stat().st_mtime_ns
     proc = _roller(["build", "--hw", "host", "examples/matmul.json", "--dry-run", "--top-k", "2"], folder)
@@ -91,7 +92,23 @@ def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypat
     a = np.random.default_rng(0).random((64, 32), dtype=np.float32)
     b = np.random.default_rng(1).random((32, 48), dtype=np.float32)
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5)
+    m = roller.compile_model(_relu_model(), hw="host")
+    assert m.hw.name == "host"
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(m(x), np.maximum(x, 0))
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: host\nname: host-narrow\nparallelism:\n  register_tile_budget: 16\n")
+    assert hw.load(child).parallelism.register_tile_budget == 16
     assert host.probes_run == runs and path.stat().st_mtime_ns == before
+
+
+def _relu_model():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _edit_a_value(text: str) -> str:
