@@ -156,6 +156,19 @@ def test_without_a_cache_each_process_probes(tmp_path: Path, why: str) -> None:
     assert not (tmp_path / "hw").exists()
 
 
+@pytest.mark.slow
+def test_concurrent_first_uses_probe_once(tmp_path: Path) -> None:
+    _need_device()
+    env = {**os.environ, "ROLLER_CACHE_DIR": str(tmp_path), "ROLLER_HOST_PROBE": "quick"}
+    procs = [subprocess.Popen([sys.executable, "-m", "roller", "hw", "show", "host"], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    errs = sorted(err for _, err in results)
+    assert errs[0] == "" and FIRST.fullmatch(errs[1].strip()), errs
+    assert results[0][0] == results[1][0]
+
+
 # -- errors: one line, the right exit code, and no probe ---------------------------------------------------
 
 def _no_platform_env() -> dict[str, str]:
