@@ -848,7 +848,8 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[Path, str]:
             if text.lower() in backend.local_names:
                 local = backend.local_description(text.lower())
                 return local, str(local)
-    local_names = list_local()
+    # A path that is not there is not a name either: only names get the names measured here as hints.
+    local_names = [] if looks_like_path else list_local()
     here = f"; measured here: {', '.join(local_names)}" if local_names else ""
     raise InputError(f"no hardware description {text!r} (bundled: {', '.join(list_bundled())}{here})")
 
