@@ -34,7 +34,7 @@ HwLike = str | os.PathLike | HardwareDesc
 
 def resolve_hw(hw: HwLike | None, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
     if hw is None:
-        local = "".join(f"; measured here: {', '.join(list_local())}" if list_local() else "")
+        local = f"; measured here: {', '.join(list_local())}" if list_local() else ""
         raise InputError("compile needs hw=NAME|FILE|HardwareDesc (bundled: "
                          + ", ".join(list_bundled()) + local + ")")
     if isinstance(hw, HardwareDesc):

@@ -45,7 +45,7 @@ def hw_from_args(args: argparse.Namespace) -> hw.HardwareDesc:
     """The description named by ``--hw`` with the ``--set`` overrides applied (InputError on any problem)."""
     name = getattr(args, "hw", None)
     if not name:
-        local = "".join(f"; measured here: {', '.join(hw.list_local())}" if hw.list_local() else "")
+        local = f"; measured here: {', '.join(hw.list_local())}" if hw.list_local() else ""
         raise InputError("missing --hw NAME|FILE (bundled: " + ", ".join(hw.list_bundled()) + local + ")")
     return hw.load(name, overrides=overrides_from_args(args))
 
