@@ -144,20 +144,20 @@ def description(name: str = NAME) -> Path:
         if ok:
             return path
         damaged = damaged or damaged_now
-        text, seconds = _probe(dev, probe_mode, damaged)
+        text, done = _probe(dev, probe_mode, damaged)
         try:
             cache.write_checked(path, text)
         except OSError as err:
-            _finish(seconds, f"not cached ({path}: {err.strerror or err})")
+            _finish(done, f"not cached ({path}: {err.strerror or err})")
             _PROCESS[str(path)] = _scratch_file(path.name, text)
             return _PROCESS[str(path)]
-        _finish(seconds, f"cached at {path}")
+        _finish(done, f"cached at {path}")
     return path
 
 
 def _uncached(dev: Any, probe_mode: str, path: Path, why: str) -> Path:
-    text, seconds = _probe(dev, probe_mode)
-    _finish(seconds, f"not cached: {why}")
+    text, done = _probe(dev, probe_mode)
+    _finish(done, f"not cached: {why}")
     _PROCESS[str(path)] = _scratch_file(path.name, text)
     return _PROCESS[str(path)]
 
@@ -172,9 +172,9 @@ def _scratch_file(filename: str, text: str) -> Path:
     return path
 
 
-def _probe(dev: Any, probe_mode: str, damaged: str = "") -> tuple[str, float]:
-    """Probe ``dev``: (the description's YAML, seconds). The stderr line's first half goes out before (a full
-    probe takes up to a minute), the caller ends it (``_finish``)."""
+def _probe(dev: Any, probe_mode: str, damaged: str = "") -> tuple[str, str]:
+    """Probe ``dev``: (the description's YAML, what to say about the probe). The stderr line's first half goes
+    out before (a full probe takes up to a minute), the caller ends it (``_finish``)."""
     global probes_run
     from roller import hw
     from roller.backends.opencl import probe
@@ -184,6 +184,7 @@ def _probe(dev: Any, probe_mode: str, damaged: str = "") -> tuple[str, float]:
     lead = f"the cached description is damaged ({damaged}); probing {what} again" if damaged else \
         f"probing {what}, once for this device"
     print(f"roller: --hw {NAME}: {lead}... ", end="", file=sys.stderr, flush=True)
+    busy = _busy()
     try:
         with _quiet_stderr():
             result = probe.probe(quick=quick, log=lambda _msg: None)
@@ -193,14 +194,27 @@ def _probe(dev: Any, probe_mode: str, damaged: str = "") -> tuple[str, float]:
     except BaseException:
         print("failed", file=sys.stderr, flush=True)
         raise
-    header = (f"# --hw {NAME}: this machine's OpenCL device, probed by roller on first use "
-              f"({probe_mode} probe) and cached. The line above is a checksum: an edited file is probed again,\n"
-              "# so to change values copy the file and use --hw COPY.yaml.\n")
-    return header + text, result.seconds
+    header = (f"# --hw {NAME}: this machine's OpenCL device, probed by roller on first use ({probe_mode} probe) "
+              "and cached.\n# The line above is a checksum: an edited file is probed again; to change values, "
+              "copy the file and use --hw COPY.yaml.\n" + (f"# Probed at a {busy}.\n" if busy else ""))
+    return header + text, f"probed in {result.seconds:.1f} s" + (f" ({busy})" if busy else "")
 
 
-def _finish(seconds: float, where: str) -> None:
-    print(f"probed in {seconds:.1f} s, {where}", file=sys.stderr, flush=True)
+def _busy() -> str:
+    """Other work on the machine slows what the probe measures (the time the other cores take to join most of
+    all), and the result is cached: a load average above the core count is worth a word in the line."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):   # no load average on this system
+        return ""
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return ""
+    return f"load average {load:.1f} on {cores} cores: the figures may be low"
+
+
+def _finish(done: str, where: str) -> None:
+    print(f"{done}, {where}", file=sys.stderr, flush=True)
 
 
 @contextmanager
