@@ -23,7 +23,7 @@ import numpy as np
 from roller import backends as _backends
 from roller import cache as _cache
 from roller.errors import InputError
-from roller.hw import HardwareDesc, list_bundled
+from roller.hw import HardwareDesc, list_bundled, list_local
 from roller.hw import load as load_hw
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
@@ -37,8 +37,9 @@ HwLike = str | os.PathLike | HardwareDesc
 
 def resolve_hw(hw: HwLike | None, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
     if hw is None:
+        local = f"; measured here: {', '.join(list_local())}" if list_local() else ""
         raise InputError("compile needs hw=NAME|FILE|HardwareDesc (bundled: "
-                         + ", ".join(list_bundled()) + ")")
+                         + ", ".join(list_bundled()) + local + ")")
     if isinstance(hw, HardwareDesc):
         if overrides:
             raise InputError("overrides apply to a description loaded by name or path, not to a HardwareDesc")

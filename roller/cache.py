@@ -17,6 +17,10 @@ platform and driver of the device kernels run on; ``none`` where the backend can
 
 A compile result is one JSON file ``<dir>/results/<kind>/<key[:2]>/<key>.json`` holding the document and its
 checksum; one that fails the checksum is ignored and overwritten.
+
+Descriptions measured on this machine (a backend's ``local_names``, e.g. ``--hw host``) are YAML files in
+``<dir>/hw/``, readable and loadable as they are: ``write_checked`` puts a checksum of the rest of the file on
+its first line (a YAML comment), and ``read_checked`` refuses a file whose checksum does not match.
 """
 from __future__ import annotations
 
@@ -291,7 +295,9 @@ def info() -> dict[str, Any]:
                     total += os.lstat(os.path.join(dirpath, f)).st_size
                 except OSError:
                     pass
-    return {"dir": str(root), "enabled": enabled(), "entries": entries, "bytes": total}
+    hw_dir = root / "hw"
+    measured = sorted(str(p) for p in hw_dir.glob("*.yaml")) if hw_dir.is_dir() else []
+    return {"dir": str(root), "enabled": enabled(), "entries": entries, "bytes": total, "descriptions": measured}
 
 
 def clear() -> int:
@@ -364,3 +370,41 @@ def store_result(kind: str, key: str, body: Any) -> None:
         write_atomic(path, json.dumps(doc).encode())
     except OSError:
         pass
+
+
+# -- checksummed text files (descriptions measured here) ----------------------------------------------------
+
+CHECKED_PREFIX = "# roller-cache sha256="
+
+
+def descriptions_dir() -> Path:
+    """Where descriptions measured on this machine are kept."""
+    return cache_dir() / "hw"
+
+
+def write_checked(path: Path, text: str) -> None:
+    """Write ``text`` atomically with a first line ``# roller-cache sha256=<hex>`` over the rest, so that a
+    truncated or edited file is detected; OSError when it cannot be written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (f"{CHECKED_PREFIX}{_sha(text.encode())}\n{text}").encode())
+
+
+def read_checked(path: Path) -> str | None:
+    """The text ``write_checked`` wrote (without its checksum line), None when there is no file; Damaged when
+    the file is not a regular file, or its checksum line is missing or does not match."""
+    if not os.path.lexists(path):
+        return None
+    blob = _read_regular(path)
+    head, sep, rest = blob.partition(b"\n")
+    try:
+        line = head.decode("ascii")
+    except UnicodeDecodeError:
+        raise Damaged("bad checksum line") from None
+    if not sep or not line.startswith(CHECKED_PREFIX):
+        raise Damaged("no checksum line")
+    if line[len(CHECKED_PREFIX):] != _sha(rest):
+        raise Damaged("checksum mismatch")
+    try:
+        return rest.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Damaged("not UTF-8") from None

@@ -66,6 +66,9 @@ class OpenCLSettings:
     fast_math: Knob[bool] = Knob("ROLLER_CL_FAST_MATH", False, "1 builds kernels with -cl-fast-relaxed-math")
     mapping: Knob[str | None] = Knob("ROLLER_CL_MAPPING", None,
                                      "'blocked' or 'strided': force how work-items map to a block tile")
+    host_probe: Knob[str] = Knob("ROLLER_HOST_PROBE", "full",
+                                 "'full' or 'quick': how --hw host measures this machine the first time "
+                                 "(quick: seconds instead of a minute, coarser tables; cached apart)")
 
 
 class CudaSettings:

@@ -141,6 +141,9 @@ class Backend(abc.ABC):
     #: whether its kernels decode the block index with the leading axis outermost and can be launched on a
     #: prefix of their grid (``Runner.with_launch``): what a shape-generic kernel set needs
     sub_grid: ClassVar[bool] = True
+    #: names of descriptions it measures on this machine instead of reading them from a file (``--hw host``):
+    #: ``roller.hw.load`` resolves them through ``local_description``
+    local_names: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
@@ -164,6 +167,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         """Compile without running (for devices absent here); returns resource usage."""
+
+    def local_description(self, name: str) -> Path:
+        """The YAML file of the description ``name`` (one of ``local_names``) of this machine's device,
+        measured the first time and cached; ToolchainError where there is no such device."""
+        raise InputError(f"the {self.name} backend measures no description named {name!r}", field="--hw")
 
     def device(self) -> Device:
         """This machine's device of this backend, for executors that keep data on it; ToolchainError

@@ -17,7 +17,8 @@ def register(sub: Any) -> None:
     p = csub.add_parser("info", help="folder, number of entries, bytes")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
-    p = csub.add_parser("clear", help="remove every entry")
+    p = csub.add_parser("clear", help="remove every kernel entry (descriptions measured here, such as --hw "
+                                      "host's, stay: delete their files to measure again)")
     p.set_defaults(func=cmd_clear)
 
 
@@ -39,6 +40,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"dir      {doc['dir']}{state}")
     print(f"entries  {doc['entries']}")
     print(f"bytes    {doc['bytes']} ({size})")
+    for path in doc["descriptions"]:   # --hw host: kept by `cache clear`, whose probe takes a minute
+        print(f"hw       {path}")
     return 0
 
 

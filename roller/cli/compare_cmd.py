@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
                    help="a model input's static shape (repeatable), where the model leaves it open")
     p.add_argument("--hw", dest="hws", action="append", default=[], metavar="NAME|FILE",
                    help="a description to compare (repeatable; bundled: " + ", ".join(hw.list_bundled())
-                        + "; default: all bundled)")
+                        + "".join(f"; measured here: {n}" for n in hw.list_local()) + "; default: all bundled)")
     p.add_argument("-o", "--output", default="roller-compare", metavar="DIR",
                    help="report folder (default: ./roller-compare); an earlier report there is replaced")
     p.add_argument("--op", dest="op_names", action="append", default=[], metavar="NAME",

@@ -29,8 +29,11 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
 def add_hw_arguments(parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None) -> None:
     """Add ``--hw NAME|FILE`` and the repeatable ``--set KEY=VALUE`` to a subcommand's parser."""
     names = ", ".join(hw.list_bundled())
+    local = ", ".join(hw.list_local())
     parser.add_argument("--hw", dest="hw", metavar="NAME|FILE", required=required and default is None,
-                        default=default, help=f"hardware description: a bundled name ({names}) or a YAML file")
+                        default=default, help=f"hardware description: a bundled name ({names}), a YAML file"
+                                              + (f", or {local}: this machine's own device, measured the first "
+                                                 "time it is used and cached" if local else ""))
     add_set_argument(parser)
 
 
@@ -42,7 +45,8 @@ def hw_from_args(args: argparse.Namespace) -> hw.HardwareDesc:
     """The description named by ``--hw`` with the ``--set`` overrides applied (InputError on any problem)."""
     name = getattr(args, "hw", None)
     if not name:
-        raise InputError("missing --hw NAME|FILE (bundled: " + ", ".join(hw.list_bundled()) + ")")
+        local = f"; measured here: {', '.join(hw.list_local())}" if hw.list_local() else ""
+        raise InputError("missing --hw NAME|FILE (bundled: " + ", ".join(hw.list_bundled()) + local + ")")
     return hw.load(name, overrides=overrides_from_args(args))
 
 
@@ -124,6 +128,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("  ".join(cells).rstrip())
     print("effective values (measured or derated); sizes per block; `roller hw show NAME` for everything",
           file=sys.stderr)
+    for name in hw.list_local():
+        print(f"--hw {name}: this machine's device, measured the first time it is used (docs/hwdesc.md)",
+              file=sys.stderr)
     return 0
 
 

@@ -822,8 +822,17 @@ def list_bundled() -> list[str]:
     return sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml"))
 
 
+def list_local() -> list[str]:
+    """Names of the descriptions measured on this machine the first time they are used (``--hw host``): the
+    backends declare them, so the core names none."""
+    from roller.backends import registry
+
+    return sorted(n for b in registry().values() for n in b.local_names)
+
+
 def resolve(name_or_path: str | os.PathLike) -> tuple[Path, str]:
-    """(file to read, path to show in messages) for a bundled name or a file path."""
+    """(file to read, path to show in messages) for a file path, a bundled name, or a name a backend measures
+    on this machine (its description is probed the first time and cached; the cached file is returned)."""
     text = os.fspath(name_or_path)
     path = Path(text)
     if path.is_file():
@@ -833,7 +842,16 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[Path, str]:
         bundled = BUNDLED_DIR / f"{text.lower()}.yaml"
         if bundled.is_file():
             return bundled, _display(bundled)
-    raise InputError(f"no hardware description {text!r} (bundled: {', '.join(list_bundled())})")
+        from roller.backends import registry
+
+        for backend in registry().values():
+            if text.lower() in backend.local_names:
+                local = backend.local_description(text.lower())
+                return local, str(local)
+    # A path that is not there is not a name either: only names get the names measured here as hints.
+    local_names = [] if looks_like_path else list_local()
+    here = f"; measured here: {', '.join(local_names)}" if local_names else ""
+    raise InputError(f"no hardware description {text!r} (bundled: {', '.join(list_bundled())}{here})")
 
 
 def _display(path: Path) -> str:

@@ -34,6 +34,7 @@ class OpenCLBackend(Backend):
     dtypes = ("float32", "float16")
     cache_env = ("ROLLER_CL_MAPPING", "ROLLER_CL_FAST_MATH", "ROLLER_CL_DEVICE")
     runs_any_description = True
+    local_names = ("host",)
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         if prog.use_matrix:
@@ -75,6 +76,12 @@ class OpenCLBackend(Backend):
         from roller.backends.opencl.launcher import CLRunner
 
         return CLRunner(art, workdir).info()
+
+    def local_description(self, name: str) -> Path:
+        """``--hw host``: this machine's OpenCL device, probed the first time and cached (opencl/host.py)."""
+        from roller.backends.opencl.host import description
+
+        return description(name)
 
     def device(self) -> Device:
         from roller.backends.opencl.launcher import CLDevice
