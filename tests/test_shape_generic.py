@@ -201,3 +201,16 @@ def test_build_writes_the_kernel_set_and_a_dispatch_table_covering_the_range(tmp
                           str(folder / "ipu")], capture_output=True, text=True, check=False)
     assert ipu.returncode == 2 and "build it at a size" in ipu.stderr and "Traceback" not in ipu.stderr
     assert not (folder / "ipu" / "mm_seq").exists()
+
+
+def test_row_kernel_with_symbolic_rows_is_one_kernel_set() -> None:
+    """A one-kernel softmax over a symbolic number of rows: a row kernel's blocks tile its rows, so it serves
+    every row count too."""
+    doc = {"expr": "M[r] max= X[r,c]; S[r] += exp(X[r,c] - M[r]); Y[r,c] = exp(X[r,c] - M[r]) / S[r]",
+           "shapes": {"X": ["rows", 300]}, "symbols": {"rows": [1, 600]}}
+    k = roller.compile(doc, hw="pocl-cpu")
+    assert k.mode == "generic", k.why
+    built = k.compiled
+    for rows in (1, 7, 129, 600):
+        _check(k, k.op, {"rows": rows})
+    assert k.compiled == built

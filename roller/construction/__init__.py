@@ -23,7 +23,7 @@ from roller.model.traffic import TileGeometry
 from roller.program import Prediction, RProgram, RTile, launch_counts
 
 __all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "construct", "levels", "matrix_candidates",
-           "predict_program", "prepared", "repredict"]
+           "predict_program", "prepared", "repredict", "row_proxy"]
 
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
 # order follows reuse, the model's order follows predicted time.
@@ -101,7 +101,10 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
 
 
 def prepared(expr: TensorExpr, hw: HardwareDesc, gemm_conv: bool = True) -> TensorExpr:
-    """The form construction tiles ``expr`` in on ``hw`` (``expr`` itself when it is already prepared)."""
+    """The form construction tiles ``expr`` in on ``hw`` (``expr`` itself when it is already prepared, and
+    for a row kernel, whose rows and columns stay apart)."""
+    if expr.stages:
+        return expr
     block_level, _ = levels(hw)
     # An exchange copies boxes of a tensor into a unit; the im2col view of an implicit GEMM reads no box (its
     # bounding box in the source can be several times the region construction counts), so convolutions stay
@@ -118,17 +121,7 @@ def _row_programs(expr: TensorExpr, hw: HardwareDesc, top_k: int) -> list[RProgr
     each thread walking its rows' columns), which is the pass that reads the inputs from memory; the model's
     time adds the last pass, which writes the output (the stages between re-read a row the first pass brought
     into the thread's cache or registers)."""
-    rows = expr.row_axes
-    if tuple(a.name for a in expr.axes[:len(rows)]) != rows:
-        raise ValueError(f"{expr.name}: a row kernel's row axes lead its axes")
-    first = expr.stages[0]
-    used = {r.tensor for r in reads(first.body)}
-    axes = tuple(dataclasses.replace(a, reduce=a.name not in rows) for a in expr.axes)
-    proxy = TensorExpr(expr.name, "row_reduce", TensorDecl("Y", tuple(expr.axis(a).extent for a in rows)),
-                       tuple(Affine.axis(a) for a in rows), tuple(t for t in expr.inputs if t.name in used), axes,
-                       first.reduce_op, first.body, expr.pad_value)
-    # Already in the form the kernel walks: no axis fusion (rows and columns must stay apart).
-    proxy = dataclasses.replace(proxy, source=proxy)
+    proxy = row_proxy(expr)
     names = {st.name for st in expr.stages}
     last = dataclasses.replace(expr, stages=(), body=map_reads(expr.body, lambda r: Const(1.0) if r.tensor in names
                                                                else r))
@@ -147,6 +140,22 @@ def _row_programs(expr: TensorExpr, hw: HardwareDesc, top_k: int) -> list[RProgr
     if not out:
         raise InputError(f"{expr.name}: no program walks whole rows on {hw.name}")
     return out[:top_k]
+
+
+def row_proxy(expr: TensorExpr) -> TensorExpr:
+    """A row kernel's first stage as a reduction over its columns (rows spatial): what its programs tile and
+    the model predicts (the stages after it re-read rows the first brought into the thread's cache)."""
+    rows = expr.row_axes
+    if tuple(a.name for a in expr.axes[:len(rows)]) != rows:
+        raise ValueError(f"{expr.name}: a row kernel's row axes lead its axes")
+    first = expr.stages[0]
+    used = {r.tensor for r in reads(first.body)}
+    axes = tuple(dataclasses.replace(a, reduce=a.name not in rows) for a in expr.axes)
+    proxy = TensorExpr(expr.name, "row_reduce", TensorDecl("Y", tuple(expr.axis(a).extent for a in rows)),
+                       tuple(Affine.axis(a) for a in rows), tuple(t for t in expr.inputs if t.name in used), axes,
+                       first.reduce_op, first.body, expr.pad_value)
+    # Already in the form the kernel walks: no axis fusion (rows and columns must stay apart).
+    return dataclasses.replace(proxy, source=proxy)
 
 
 def padding_time(expr: TensorExpr, hw: HardwareDesc) -> float:
@@ -219,7 +228,10 @@ def _predict(geo: TileGeometry, hw: HardwareDesc, shapes: tuple[tuple[int, ...],
 
 def predict_program(prog: RProgram, hw: HardwareDesc) -> Prediction | None:
     """The model's prediction for ``prog``'s tiles over ``prog.expr`` as it is now (None where they do not fit
-    ``hw``), padded copies included: how a shape-generic kernel is ranked at each size."""
+    ``hw``), padded copies included: how a shape-generic kernel is ranked at each size. A row kernel is
+    predicted by its first stage (``row_proxy``): the storing pass costs every program of it the same."""
+    if prog.expr.stages:
+        prog = dataclasses.replace(prog, expr=row_proxy(prog.expr))
     shapes = tuple(t.shape for t in prog.tiles)
     padding = dict(prog.tiles[prog.block_level].storage_padding)
     pred = _predict(TileGeometry(prog.expr), hw, shapes, prog.block_level, prog.thread_level, prog.grid,

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from roller.construction import construct, predict_program, prepared
+from roller.construction import construct, predict_program, prepared, row_proxy
 from roller.construction.matrix import MatrixSupport
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
@@ -61,8 +61,6 @@ def generic_axis(op: SymbolicOp, hw: HardwareDesc) -> GenericAxis | str:
     base = {s: r[1] for s, r in op.ranges.items()}
     top = prepared(op.instantiate(base), hw)
     low = prepared(op.instantiate({**base, sym: other}), hw)
-    if top.stages:
-        return "a row kernel (its rows are re-planned per size)"
     if len(top.axes) != len(low.axes) or not top.axes or top.axes[0].reduce:
         return f"{sym} does not lead the op's axes as a spatial axis"
     lead = top.axes[0]
@@ -135,8 +133,10 @@ def at_size(top: TensorExpr, ax: GenericAxis, value: int, source: TensorExpr) ->
 
 
 def retarget(prog: RProgram, expr: TensorExpr) -> RProgram:
-    """``prog``'s tiles over ``expr`` (the same form at another size), with its grid for that size."""
-    grid, _ = launch_counts(expr, prog.block_tile, prog.thread_tile, prog.reduce_threads)
+    """``prog``'s tiles over ``expr`` (the same form at another size), with its grid for that size (a row
+    kernel's blocks tile its rows only)."""
+    grid, _ = launch_counts(row_proxy(expr) if expr.stages else expr, prog.block_tile, prog.thread_tile,
+                            prog.reduce_threads)
     return dataclasses.replace(prog, expr=expr, grid=grid, prediction=None)
 
 
