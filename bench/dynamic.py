@@ -28,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.layers import _ort_times, ort_session
 from bench.models import cpu_name
 
 SEQ = (1, 7, 17, 64, 128, 300, 384, 512)
@@ -91,16 +92,11 @@ def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, h
                   heads: int = 12) -> dict[str, Any]:
     """A BERT-base-sized encoder layer (tests/zoo_graphs.py's, hidden 768, 12 heads) with an open sequence
     length, one DynamicModel over every length, against onnxruntime on the same dynamic model."""
-    import onnxruntime as ort
-
     import roller
     from tests.zoo_graphs import dynamic_attention_block
 
     proto = dynamic_attention_block(hidden=hidden, heads=heads)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.log_severity_level = 3
-    sess = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sess = ort_session(proto)
     t = time.perf_counter()
     m = roller.compile_model(proto, hw=hw, ranges={"seq": (1, max(lengths))})
     build = time.perf_counter() - t
@@ -124,7 +120,7 @@ def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, h
         for _ in range(rounds):
             r_times.append(m.benchmark(feeds, repeat=repeat))
             e_times.append(exact.benchmark(repeat=repeat, inputs=feeds))
-            o_times.append(_ort_median(sess, feeds, repeat))
+            o_times.append(statistics.median(_ort_times(sess, feeds, repeat)))
         r, e, o = (statistics.median(x) for x in (r_times, e_times, o_times))
         rows.append({"seq": seq, "first_call_s": first, "roller_ms": r * 1e3, "exact_ms": e * 1e3,
                      "onnxruntime_ms": o * 1e3, "vs_exact": r / e, "vs_ort": r / o, "compiled_at_first_call":
@@ -135,16 +131,6 @@ def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, h
     return {"mode": m.mode, "why": m.why, "build_s": build,
             "kernels": m.generic.kernels_compiled - m.generic.per_size_compiled if m.generic is not None else 0,
             "rows": rows}
-
-
-def _ort_median(sess: Any, feeds: dict[str, np.ndarray], repeat: int) -> float:
-    sess.run(None, feeds)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        sess.run(None, feeds)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def resnet18(batch_name: str = "n") -> Any:
@@ -180,15 +166,10 @@ def resnet18(batch_name: str = "n") -> Any:
 def measure_cnn(hw: str, batches: tuple[int, ...], rounds: int, repeat: int) -> dict[str, Any]:
     """ResNet-18 with an open batch: one DynamicModel built once (shape-generic kernels) against a model built
     for each exact batch and against onnxruntime, same process, alternating."""
-    import onnxruntime as ort
-
     import roller
 
     proto = resnet18()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.log_severity_level = 3
-    sess = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sess = ort_session(proto)
     t = time.perf_counter()
     m = roller.compile_model(proto, hw=hw, ranges={"n": (1, max(batches))})
     build = time.perf_counter() - t
@@ -210,7 +191,7 @@ def measure_cnn(hw: str, batches: tuple[int, ...], rounds: int, repeat: int) -> 
         for _ in range(rounds):
             g_t.append(m.benchmark(feeds, repeat=repeat, warmup=1))
             e_t.append(exact.benchmark(repeat=repeat, warmup=1, inputs=feeds))
-            o_t.append(_ort_median(sess, feeds, repeat))
+            o_t.append(statistics.median(_ort_times(sess, feeds, repeat)))
         g, e, o = (statistics.median(x) for x in (g_t, e_t, o_t))
         rows.append({"batch": n, "generic_ms": g * 1e3, "exact_ms": e * 1e3, "onnxruntime_ms": o * 1e3,
                      "generic_vs_exact": g / e, "generic_vs_ort": g / o, "first_call_s": first,

@@ -337,15 +337,7 @@ class GenericModel:
 
     def time(self, inputs: Mapping[str, np.ndarray], v: int, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps at size ``v`` (inputs uploaded once)."""
-        ex = self._prepare(inputs, v)
-        out = []
-        for i in range(warmup + repeat):
-            t = time.perf_counter()
-            ex.enqueue()
-            self.device.finish()
-            if i >= warmup:
-                out.append(time.perf_counter() - t)
-        return out
+        return self._prepare(inputs, v).time_steps(repeat, warmup)
 
 
 def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> GenericModel | str:

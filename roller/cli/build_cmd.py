@@ -167,12 +167,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, hwd, be, ops, construct)
     out_dir = Path(args.output)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("output exists and is not a folder", field="-o", source=str(out_dir))
-    try:
-        tmp = staging_dir(out_dir)
-    except OSError as err:
-        raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(out_dir)) from None
+    tmp = output_staging(out_dir)
     reports = []
     try:
         for op in ops:
@@ -189,6 +184,17 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"{r['op']}: wrote {out_dir / r['op']}/ ({', '.join(r['files'])}); "
                   f"predicted {r['candidates'][r['chosen']]['predicted_ms']:.4g} ms{extra}; {r['line']}")
     return 0
+
+
+def output_staging(out_dir: Path) -> Path:
+    """A private folder beside ``-o DIR`` to build in; InputError when DIR is a file or its parent is not
+    writable."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("output exists and is not a folder", field="-o", source=str(out_dir))
+    try:
+        return staging_dir(out_dir)
+    except OSError as err:
+        raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(out_dir)) from None
 
 
 def _dry_run(args: argparse.Namespace, hwd: Any, be: Any, ops: list, construct: Any) -> int:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from roller.atomic import staging_dir
 from roller.errors import InputError
 from roller.ir.symbolic import SymbolicOp
 
@@ -22,7 +21,7 @@ from roller.ir.symbolic import SymbolicOp
 def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     from roller import __version__
     from roller.backends import for_hw
-    from roller.cli.build_cmd import _move_into_place
+    from roller.cli.build_cmd import _move_into_place, output_staging
     from roller.cli.hw_cmd import hw_from_args
     from roller.construction.generic import construct_generic
 
@@ -52,12 +51,7 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
         "kernels": [], "dispatch": ks.intervals(), "samples": ks.table(),
     }
     out_dir = Path(args.output)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("output exists and is not a folder", field="-o", source=str(out_dir))
-    try:
-        tmp = staging_dir(out_dir)
-    except OSError as err:
-        raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(out_dir)) from None
+    tmp = output_staging(out_dir)
     try:
         folder = tmp / op.name
         for i, prog in enumerate(ks.programs):

@@ -96,6 +96,10 @@ class Executor:
         """Seconds of each of ``repeat`` runs of the steps alone (inputs uploaded once, nothing downloaded):
         the device's time for the model, launch overheads included."""
         self.run(inputs)
+        return self.time_steps(repeat, warmup)
+
+    def time_steps(self, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds of each of ``repeat`` runs of the steps on the buffers as they are (after ``warmup``)."""
         out = []
         for i in range(warmup + repeat):
             t = time.perf_counter()
