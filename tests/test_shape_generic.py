@@ -214,3 +214,17 @@ def test_row_kernel_with_symbolic_rows_is_one_kernel_set() -> None:
     for rows in (1, 7, 129, 600):
         _check(k, k.op, {"rows": rows})
     assert k.compiled == built
+
+
+def test_other_commands_say_what_a_symbolic_op_needs(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    op = Path(str(tmp_path)) / "mm.json"
+    op.write_text(json.dumps(MATMUL))
+    for cmd in (["run", "--hw", "pocl-cpu"], ["op", "show"]):
+        run = subprocess.run([sys.executable, "-m", "roller", *cmd, str(op)], capture_output=True, text=True,
+                             check=False)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert "has symbolic sizes (m)" in run.stderr

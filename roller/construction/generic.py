@@ -34,7 +34,7 @@ COVER_SLACK = 1.05
 # matmul that thin is compute-bound in the thread's inner loop. Bounding the waste keeps that out of the set
 # (at 1.5, an 8-row tile served 17 rows of BERT's FFN matmul at 2.9x the exact kernel's time; at 1.25, 6-row).
 WASTE_CAP = 1.25
-MAX_KERNELS = 8
+MAX_KERNELS = 6
 # Programs taken from construction at each representative size.
 PER_SIZE = 3
 

@@ -132,12 +132,26 @@ def parse_ops(doc: Any, source: str | None) -> list[TensorExpr]:
     ops: list[TensorExpr] = []
     seen: dict[str, str] = {}
     for i, (item, where) in enumerate(zip(items, wheres)):
+        _no_symbols(item, where)
         op = parse_op(item, where, default_name=f"op{i}" if len(items) > 1 else "op")
         if op.name in seen:
             raise where.at("name").error(f"duplicate op name {op.name!r} (also {seen[op.name]})")
         seen[op.name] = where.field or "the op"
         ops.append(op)
     return ops
+
+
+def _no_symbols(item: Any, where: Where) -> None:
+    """An op with symbolic sizes is built for every size by ``roller build`` and ``roller.compile`` only; said
+    here in words, not as the field error it would otherwise meet."""
+    from roller.ir.symbolic import parse_symbolic
+
+    if not isinstance(item, dict):
+        return
+    op = parse_symbolic(item, where.source)
+    if op is not None:
+        raise where.error(f"op {op.name!r} has symbolic sizes ({', '.join(op.symbols)}): roller build and "
+                          "roller.compile build it for every size (one op to a file); here, write a number in place of each")
 
 
 def parse_op(obj: Any, where: Where, default_name: str = "op") -> TensorExpr:

@@ -22,6 +22,7 @@ DEFAULT_MAX = 4096
 # Sizes go into 32-bit kernel arithmetic after being multiplied by a tensor's other dimensions.
 MAX_SYMBOL_VALUE = 2**24
 _SYMBOL = re.compile(r"[a-z_][a-z0-9_]{0,31}\Z")
+_WORD = re.compile(r"[A-Za-z_]\w*\Z")
 # Fields whose string values mean something other than a size.
 _WORDS = {"name", "op", "dtype", "dtypes", "comment", "expr", "pad_value", "padding", "layout", "fn", "kind",
           "symbols"}
@@ -158,7 +159,9 @@ def parse_symbolic(doc: Any, source: str | None) -> SymbolicOp | None:
     where = Where(source, "")
     names: list[str] = []
     for key, value in doc.items():
-        names += [n for n in _names_in(key, value) if n not in names]
+        # Only a word can be meant as a symbol; "4" or "" in a size is a number written wrongly, which the
+        # ordinary loader reports as such.
+        names += [n for n in _names_in(key, value) if n not in names and _WORD.match(n)]
     declared = doc.get("symbols")
     if declared is None and not names:
         return None
