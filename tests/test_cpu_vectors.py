@@ -117,6 +117,35 @@ def test_moving_window_loads_a_vector_without_bounds_tests() -> None:
     assert body.startswith(f"(vload{n}(0, X + ") and "* 42 + (rl_g_w + rl_g_s))" in body and "?" not in body
 
 
+@pytest.mark.skipif(not OPENCL.can_run_here(), reason=OPENCL.why_not_here())
+@pytest.mark.parametrize("spec", [
+    {"op": "depthwise_conv2d", "N": 1, "C": 3, "H": 13, "W": 13, "KH": 3, "KW": 3, "stride": 2, "padding": "SAME"},
+    {"op": "depthwise_conv2d", "N": 1, "C": 2, "H": 40, "W": 40, "KH": 3, "KW": 3, "stride": 2, "padding": "SAME"},
+    {"op": "depthwise_conv2d", "N": 1, "C": 3, "H": 33, "W": 33, "KH": 3, "KW": 3, "stride": 2, "padding": "VALID"},
+    {"op": "conv2d", "N": 1, "C": 3, "H": 23, "W": 23, "F": 8, "KH": 7, "KW": 7, "stride": 2, "padding": "SAME"},
+    {"op": "maxpool2d", "N": 1, "C": 2, "H": 34, "W": 34, "K": 2},
+])
+def test_stride_two_reads_take_the_even_and_odd_lanes_of_two_loads(spec: dict) -> None:
+    """A stride-2 run inside the tensor is two contiguous loads and their even and odd lanes, with no test
+    (the inputs are padded copies); the vector across a run's end gathers. Every vector candidate runs right
+    on PoCL, odd sizes and the tensor's last element (VALID: the last lane reads it) included."""
+    op = load_op({"name": "s2", **spec})
+    x = random_inputs(op, seed=5)
+    ran = 0
+    for p in construct(op, CPU, top_k=12):
+        vec = lower(p, DIALECT).vec
+        if vec is None or vec.width == 1:
+            continue
+        inside = vec.flavors[0].body
+        assert ".even, vload" in inside and ".odd)" in inside, p.line()
+        if vec.flavors[0].cond:   # a thread run wholly inside the axis: no test, no gathered lane
+            assert "?" not in inside and "X[" not in inside
+        y = OPENCL.compile(OPENCL.render(p, CPU), CPU)([x[t.name] for t in op.inputs])
+        check_against(p.line(), op, x, y)
+        ran += 1
+    assert ran
+
+
 def test_runs_no_vector_width_divides_stay_scalar() -> None:
     p = _with_run({"op": "reduce", "kind": "min", "shape": [7, 97, 3], "axes": [1]}, 3)
     assert lower(p, DIALECT).vec is None
@@ -137,7 +166,9 @@ def test_gpu_shaped_kernels_have_no_vector_path() -> None:
     ({"op": "conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "F": 8, "KH": 3, "KW": 3, "padding": "SAME",
       "layout": "NHWC"}, False),
     ({"op": "depthwise_conv2d", "N": 1, "C": 4, "H": 9, "W": 9, "KH": 3, "KW": 3}, False),
-    ({"op": "maxpool2d", "N": 1, "C": 4, "H": 8, "W": 8, "K": 2}, True),
+    ({"op": "maxpool2d", "N": 1, "C": 4, "H": 8, "W": 8, "K": 2}, False),   # stride 2, inside: even/odd lanes
+    ({"op": "maxpool2d", "N": 1, "C": 4, "H": 9, "W": 9, "K": 2, "padding": "SAME"}, True),   # past the end
+    ({"op": "maxpool2d", "N": 1, "C": 4, "H": 9, "W": 9, "K": 3, "stride": 3}, True),
     ({"op": "elementwise", "fn": "relu", "shapes": {"X": [4, 9]}}, False),
 ])
 def test_lane_gathers(op: dict, gathers: bool) -> None:

@@ -28,6 +28,13 @@ __all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "construct", "lev
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
 # order follows reuse, the model's order follows predicted time.
 POOL_FACTOR = 3
+# ...and, where kernels read global memory through a cache (a CPU), as many as for this many programs at least,
+# so that the model's first choice does not depend on how many programs were asked for: with a pool of 9 for
+# top-1, the search stopped at the exact-fit tiles of its first epsilon (2x2 register tiles over a 14x14
+# depthwise convolution, predicted 0.54 ms) and never reached the overhanging 8x8 ones a pool of 30 finds
+# (predicted 0.12 ms, measured 2-3x faster). Not yet on GPUs: there the larger pool brought in a top-1 at the
+# register cap (C24 on mi100: 64 registers predicted, 65 VGPRs from hipcc at 896 threads).
+POOL_MIN_PROGRAMS = 10
 
 
 def levels(hw: HardwareDesc) -> tuple[int, int]:
@@ -63,7 +70,7 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     expr = prepared(expr, hwd, gemm_conv)
     geo = TileGeometry(expr)
     itemsize = expr.output.itemsize
-    pool = max(top_k * POOL_FACTOR, top_k + 8)
+    pool = max(top_k, POOL_MIN_PROGRAMS) * POOL_FACTOR if unstaged else max(top_k * POOL_FACTOR, top_k + 8)
     search = Search(geo, hwd, block_level, thread_level, itemsize, want=pool)
     for eps in EPSILONS:
         search.steps = 0

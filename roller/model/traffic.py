@@ -7,6 +7,7 @@ thousands of times per construction.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from roller.ir.expr import Affine
@@ -73,7 +74,7 @@ class TileGeometry:
         self.vector_axis: int | None = spatial[-1] if spatial else None   # position in expr.axes
         axis = None if self.vector_axis is None else self.axis_names[self.vector_axis]
         self.lane_gathers = axis is not None and any(
-            _lane_gathered(t, idx, axis) for t in expr.body_inputs for idx in expr.accesses(t.name))
+            _lane_gathered(t, idx, axis, expr.extents) for t in expr.body_inputs for idx in expr.accesses(t.name))
 
     def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
         out = []
@@ -157,7 +158,7 @@ def _rounded_bytes(region: tuple[int, ...], itemsize: int, transaction: int) -> 
     return math.prod(region[:-1]) * row
 
 
-def _lane_gathered(t: TensorDecl, idx: tuple[Affine, ...], axis: str) -> bool:
+def _lane_gathered(t: TensorDecl, idx: tuple[Affine, ...], axis: str, extents: Mapping[str, int]) -> bool:
     if not any(i.coefs.get(axis, 0) for i in idx):
         return False
     if t.view is not None and not t.view.is_reshape():
@@ -166,4 +167,8 @@ def _lane_gathered(t: TensorDecl, idx: tuple[Affine, ...], axis: str) -> bool:
     for i, size in zip(reversed(idx), reversed(t.shape)):
         step += i.coefs.get(axis, 0) * stride
         stride *= size
+    if step == 2:
+        # a stride-2 run that never leaves the tensor (a padded copy's window) is two loads and their even and
+        # odd lanes (plan._stride2_read); one that needs bounds tests is gathered
+        return not all(0 <= i.span(extents)[0] and i.span(extents)[1] < size for i, size in zip(idx, t.shape))
     return step != 1
