@@ -70,6 +70,7 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     expr = prepared(expr, hwd, gemm_conv)
     geo = TileGeometry(expr)
     itemsize = expr.output.itemsize
+    unstaged = hwd.memory[block_level + 1].scope == "cache"
     pool = max(top_k, POOL_MIN_PROGRAMS) * POOL_FACTOR if unstaged else max(top_k * POOL_FACTOR, top_k + 8)
     search = Search(geo, hwd, block_level, thread_level, itemsize, want=pool)
     for eps in EPSILONS:
