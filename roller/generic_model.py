@@ -1,13 +1,15 @@
 """A model with one open size run by shape-generic kernels: built once, no compilation at a new size.
 
-The model is imported and fused at two sizes of its symbol (the greatest, and another). Where both graphs
-have the same steps and every size that differs between them is a multiple of the symbol, the graph at any
-size is the greatest one's with those sizes substituted (``GraphFamily.at``; checked to reproduce the second
-import exactly), and each operator is a ``SymbolicOp``. When every operator has a shape-generic kernel set
-(``roller.construction.generic``: the symbol leads the tensors it indexes), a run at size ``v`` plans the graph
-at a capacity that holds every kernel's covered rows, launches each operator's kernel the model picks for
-``v`` on the blocks covering ``v``, and copies in and out the inputs' and outputs' first ``v`` rows. A larger
-size later re-plans at a larger capacity (device memory grows by powers of two; nothing is compiled).
+The model is imported and fused at two sizes of its symbol (the greatest, and half of it; the second fusion
+replays the first one's costs). Where both graphs have the same steps and every size that differs between them
+is a multiple of the symbol, the graph at any size is the greatest one's with those sizes scaled
+(``GraphFamily.at``; checked to reproduce the second import exactly), and each operator a ``ScaledOp``.
+Operators with a shape-generic kernel set (``roller.construction.generic``: the symbol leads the tensors they
+index) are built once; the others are built for each size at its first run. A run at size ``v`` plans the
+graph at a capacity that holds every kernel's covered rows, launches each operator's kernel (the one the model
+picks for ``v``, on the blocks covering ``v``; or the one built for ``v``), and copies in and out the inputs'
+and outputs' first ``v`` rows. A larger size later re-plans at a larger capacity (device memory grows by powers
+of two; nothing is compiled for the kernel sets).
 """
 from __future__ import annotations
 
@@ -211,7 +213,7 @@ def _leads(shape: tuple[int, ...], grow: Mapping[int, int]) -> bool:
 
 @dataclass
 class GenericModel:
-    """A model with one open size, every operator a shape-generic kernel set (see the module docstring)."""
+    """A model with one open size, its operators kernel sets or built per size (see the module docstring)."""
 
     family: GraphFamily
     hw: HardwareDesc
@@ -225,7 +227,6 @@ class GenericModel:
     _runners: dict[tuple[int, int], Runner] = field(default_factory=dict, repr=False)
     _executor: Executor | None = field(default=None, repr=False)
     _capacity: int = 0
-
     _exact_runners: dict[tuple[str, int], Runner] = field(default_factory=dict, repr=False)
 
     @property
