@@ -7,8 +7,8 @@ the batch), one ``roller.compile`` of the symbolic op (the kernel set, every kep
 compared at every size with ``roller.compile`` of the op written with that size (top-1, its own kernel):
 device time of one run, alternating, ``--rounds`` rounds of ``--repeat`` runs, medians. Also: the wall time of
 the first call at a size (the generic kernel's dispatch, upload, run and download; the exact kernel's
-construction, rendering and OpenCL build, then the same call), and the kernels each compiled. Both caches are
-emptied first (a private ROLLER_CACHE_DIR), as for a user's first build.
+construction, rendering and OpenCL build, then the same call), and the kernels each compiled. Roller's and
+PoCL's caches start empty (private ROLLER_CACHE_DIR and POCL_CACHE_DIR), as for a user's first build.
 """
 from __future__ import annotations
 
@@ -265,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--md", type=Path)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    # Both caches empty, as for a user's first build: Roller's, and PoCL's compiled kernels (a kernel source
+    # compiled by an earlier run would make an exact-size build look nearly free).
     os.environ["ROLLER_CACHE_DIR"] = tempfile.mkdtemp(prefix="roller-bench-dynamic-")
+    os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="roller-bench-dynamic-pocl-")
     results = [measure(label, doc, sizes, args.hw, args.rounds, args.repeat)
                for label, doc, sizes in OPS if args.only in label] if args.only != "none" else []
     text = table(results, args.hw)
