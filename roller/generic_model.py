@@ -304,7 +304,11 @@ class GenericModel:
                 continue
             ks = self.sets[node.output]
             i = ks.choose(v)
-            out[key] = self.runner(ks, i).with_launch(ks.blocks(i, v), tuple(node.expr.output.storage_shape))
+            # Shapes at the capacity the buffers hold (a launch reads only its grid: the plan moves the data).
+            shapes = [p.shape if p is not None else tuple(t.storage_shape)
+                      for p, t in zip(self._pads(ks, node, self._capacity), node.expr.inputs)]
+            out[key] = self.runner(ks, i).with_launch(ks.blocks(i, v),
+                                                      [*shapes, tuple(node.expr.output.storage_shape)])
         return out
 
     def value_shape(self, name: str, v: int) -> tuple[int, ...]:

@@ -165,8 +165,9 @@ class GenericKernel:
             arrays[t.name] = a
         dim, per = self._growth(expr.output.name)
         out_shape = _grown_shape(tuple(expr.output.storage_shape), dim, per, rows)
-        runner = self.runner(i).with_launch(ks.blocks(i, v), out_shape)
-        return runner, ordered_inputs(launch, arrays), out_shape
+        inputs = ordered_inputs(launch, arrays)
+        runner = self.runner(i).with_launch(ks.blocks(i, v), [*(a.shape for a in inputs), out_shape])
+        return runner, inputs, out_shape
 
     def _growth(self, tensor: str) -> tuple[int, int]:
         """(dimension, factor) in which ``tensor`` as written grows with the generic symbol."""

@@ -228,3 +228,12 @@ def test_other_commands_say_what_a_symbolic_op_needs(tmp_path: object) -> None:
                              check=False)
         assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
         assert "has symbolic sizes (m)" in run.stderr
+
+
+def test_benchmark_of_a_padded_generic_kernel_times_its_pad_copy() -> None:
+    """A CPU convolution reads a padded copy of its input; timing it at a size below the greatest copies that
+    size's interior (the launch's shapes follow the size)."""
+    k = roller.compile({"op": "conv2d", "N": "n", "C": 8, "H": 10, "W": 10, "F": 16, "KH": 3, "KW": 3,
+                        "padding": "SAME", "symbols": {"n": [1, 16]}}, hw="pocl-cpu")
+    assert k.mode == "generic"
+    assert 0 < k.benchmark({"n": 3}, repeat=2, warmup=1) < 1.0

@@ -15,6 +15,7 @@ import abc
 import importlib
 import pkgutil
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -60,9 +61,10 @@ class Runner(abc.ABC):
         output), after everything enqueued before; returns the launch's event where the device has one."""
         raise NotImplementedError(f"{type(self).__name__} cannot launch on device buffers")
 
-    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> Runner:
-        """This kernel launched on its first ``blocks`` blocks, writing an output of ``out_shape``: how a
-        shape-generic kernel (``roller.construction.generic``) runs a size below the one it was built for."""
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> Runner:
+        """This kernel launched on its first ``blocks`` blocks, with arguments of ``shapes`` (the inputs as it
+        reads them, padded where it reads a padded copy, then the output): how a shape-generic kernel
+        (``roller.construction.generic``) runs a size below the one it was built for."""
         raise NotImplementedError(f"{type(self).__name__} launches the grid it was built with only")
 
 

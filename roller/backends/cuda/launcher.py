@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,10 @@ class CudaRunner(Runner):
     def launch(self, buffers: list[Any]) -> None:
         self.kernel(self.grid, self.block, tuple(buffers), shared_mem=self.dyn)
 
-    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> CudaRunner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> CudaRunner:
         runner = copy.copy(self)
         runner.grid = (blocks, 1, 1)
-        runner.args = [*self.args[:-1], {**self.args[-1], "shape": list(out_shape)}]
+        runner.args = [{**spec, "shape": list(shape)} for spec, shape in zip(self.args, shapes)]
         return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:

@@ -12,6 +12,7 @@ import math
 import shlex
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,10 +161,10 @@ class CLRunner(Runner):
     def launch(self, buffers: list[Any]) -> Any:
         return self.kernel(self.queue, self.global_size, self.local_size, *buffers)
 
-    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> CLRunner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> CLRunner:
         runner = copy.copy(self)
         runner.global_size = (blocks * self.local_size[0],)
-        runner.args = [*self.args[:-1], {**self.args[-1], "shape": list(out_shape)}]
+        runner.args = [_sized(spec, shape) for spec, shape in zip(self.args, shapes)]
         return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
@@ -220,6 +221,15 @@ class CLRunner(Runner):
                 return ev
             out.append(copy)
         return out
+
+
+def _sized(spec: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
+    """A launch.json argument at another shape (a padded input's unpadded shape follows)."""
+    out = {**spec, "shape": list(shape)}
+    pad = spec.get("pad")
+    if pad is not None:
+        out["pad"] = {**pad, "shape": [d - b - a for d, b, a in zip(shape, pad["before"], pad["after"])]}
+    return out
 
 
 def enqueue_rect(cl: Any, queue: Any, dst: Any, src: Any, src_offset: int, dst_offset: int,

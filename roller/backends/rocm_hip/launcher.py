@@ -17,6 +17,7 @@ import copy
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,10 +137,10 @@ class HipRunner(Runner):
         for b in (*bufs, dev_out):
             _check(hip.hipFree(b))
 
-    def with_launch(self, blocks: int, out_shape: tuple[int, ...]) -> HipRunner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> HipRunner:
         runner = copy.copy(self)
         runner.grid = (blocks, 1, 1)
-        runner.args = [*self.args[:-1], {**self.args[-1], "shape": list(out_shape)}]
+        runner.args = [{**spec, "shape": list(shape)} for spec, shape in zip(self.args, shapes)]
         return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
