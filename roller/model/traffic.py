@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from roller.ir.expr import Affine
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
+from roller.ir.vector import reduction_vector
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class TileGeometry:
         axis = None if self.vector_axis is None else self.axis_names[self.vector_axis]
         self.lane_gathers = axis is not None and any(
             _lane_gathered(t, idx, axis, expr.extents) for t in expr.body_inputs for idx in expr.accesses(t.name))
+        # A reduction whose rows are contiguous walks them in vectors instead (roller.ir.vector): no lane gathers,
+        # no vector axis among the outputs, and vectors of ``width`` reduction points.
+        self.reduce_vector = reduction_vector(expr)
+        if self.reduce_vector is not None:
+            self.vector_axis, self.lane_gathers = None, False
 
     def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
         out = []

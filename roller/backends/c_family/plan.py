@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from roller.errors import InputError
 from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
-from roller.ir.vector import VECTOR_WIDTHS, vector_width
+from roller.ir.vector import VECTOR_WIDTHS, reduction_vector, vector_width
 from roller.program import RProgram
 
 
@@ -168,6 +168,23 @@ class RowVecPlan:
 
 
 @dataclass
+class ReduceVecPlan:
+    """A CPU reduction walked in ``width``-wide vectors along its innermost axis ``axis`` (roller.ir.vector.
+    reduction_vector): per output point, the outer reduction loops run as usual, the innermost one in vectors
+    of partial results (``body``, folded with ``vcombine``) and a scalar tail; the lanes are folded after the
+    walk. ``guard`` skips the tile's points past the spatial axes' ends."""
+
+    width: int
+    vtype: str
+    axis: str
+    extent: int
+    body: str
+    vcombine: str
+    outer_loops: list[tuple[str, int, int]]
+    guard: str
+
+
+@dataclass
 class KernelPlan:
     name: str
     grid: int
@@ -205,6 +222,7 @@ class KernelPlan:
     # stage and once more to store
     stages: list[StagePlan] = field(default_factory=list)
     row_vec: RowVecPlan | None = None
+    rvec: ReduceVecPlan | None = None
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -435,8 +453,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
     out.ranges = ranges
-    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if blocked and not staged and d.vector_loads \
-        else None
+    cpu_vectors = blocked and not staged and d.vector_loads
+    rvec = _reduce_vec_plan(expr, spatial, inputs, d) if cpu_vectors else None
+    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if cpu_vectors and rvec is None else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode, reduce_loops=reduce_loops(reduce),
@@ -448,7 +467,27 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         vcombine=combine_stmt(expr.reduce_op, d, True) if vec else "",
         body=body, out_index=out_index, epilogue=epilogue, epilogue_inputs=epilogue_inputs,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
-        blocked=blocked, vec=vec)
+        blocked=blocked, vec=vec, rvec=rvec)
+
+
+def _reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
+                     d: Dialect) -> ReduceVecPlan | None:
+    """The vector walk along the innermost reduction axis, where roller.ir.vector.reduction_vector picks it."""
+    form = reduction_vector(expr)
+    if form is None:
+        return None
+    axis, width = form
+    vtype = f"{d.ctype[expr.acc_dtype]}{width}"
+    extent = expr.axis(axis).extent
+    reads = {(tp.name, idx): _vector_read(tp, idx, axis, extent, width, vtype, expr.pad_value, d, {})
+             for tp in inputs for idx in expr.accesses(tp.name)}
+    body = render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype,
+                       lambda a: f"(({vtype})((float){var_global(a)}) + ({vtype})"
+                                 f"({', '.join(f'{k}.0f' for k in range(width))}))" if a == axis
+                       else f"(({vtype})((float){var_global(a)}))")
+    outer = [(a.name, a.extent, 0) for a in expr.reduce_axes if a.name != axis]
+    guard = " && ".join(f"{var_global(ax.name)} < {ax.extent}" for ax in spatial if ax.extent % ax.block)
+    return ReduceVecPlan(width, vtype, axis, extent, body, combine_stmt(expr.reduce_op, d, True), outer, guard)
 
 
 def _decode(spatial: list[AxisPlan]) -> None:
