@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roller.errors import InputError
-from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, map_reads
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.ir.vector import VECTOR_WIDTHS, reduction_vector, vector_width
 from roller.program import RProgram
@@ -336,6 +336,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             # another (OpenCL once ran bfloat16 as float32) nor end as a KeyError.
             raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
                              f"use {' or '.join(d.ctype)}", field="dtype")
+    expr = hoist_divisor(expr)
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
     scratchpad = prog.scopes[prog.block_level + 1] == "block"
@@ -488,6 +489,22 @@ def _reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[Ten
     outer = [(a.name, a.extent, 0) for a in expr.reduce_axes if a.name != axis]
     guard = " && ".join(f"{var_global(ax.name)} < {ax.extent}" for ax in spatial if ax.extent % ax.block)
     return ReduceVecPlan(width, vtype, axis, extent, body, combine_stmt(expr.reduce_op, d, True), outer, guard)
+
+
+def hoist_divisor(expr: TensorExpr) -> TensorExpr:
+    """A sum of ``x / c`` (c a constant: an average pool's K*K, a mean's count) as the sum of ``x`` divided
+    by ``c`` once, in the epilogue: one division per output instead of one per point. A 3x3 average pool on
+    PoCL divided every window point, and vector divisions, not memory, set its time."""
+    body = expr.body
+    if expr.reduce_op != "sum" or not expr.reduce_axes or not isinstance(body, BinOp) or body.op != "/" \
+            or not isinstance(body.rhs, Const):
+        return expr
+    c = body.rhs
+    if expr.epilogue is None:
+        return replace(expr, body=body.lhs, epilogue=BinOp("/", Read(expr.output.name, expr.out_index), c))
+    # A fused epilogue reads the reduced value as the output: it reads the sum divided instead.
+    return replace(expr, body=body.lhs, epilogue=map_reads(
+        expr.epilogue, lambda r: BinOp("/", r, c) if r.tensor == expr.output.name else r))
 
 
 def _decode(spatial: list[AxisPlan]) -> None:
