@@ -81,7 +81,10 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
         built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix)
         for p in built:
             unique.setdefault((i, p.key()), p)
-    ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s, p.key()))  # type: ignore[union-attr]
+    # Programs the model predicts alike (a transpose's blocks of one size, whatever their shape) are ordered by
+    # how many contiguous runs they move: the model's traffic is the same, the memory system's work is not.
+    ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s,  # type: ignore[union-attr]
+                                                    TileGeometry(p.expr).row_runs(p.block_tile.shape), p.key()))
     if not ranked:
         raise InputError(_nothing_fits(form, geo, hwd, block_level, search))
     return ranked[:top_k]

@@ -247,11 +247,12 @@ class Search:
             q1 = geo.total_traffic(new, transaction, epilogue=False)
             f1 = footprint(new)
             score = 0.0 if f1 == f0 else (q0 - q1) / (f1 - f0)
-            scored.append((-score, i, new))
-        scored.sort(key=lambda x: (x[0], x[1]))
+            # At equal reuse (none, in a transpose), the enlargement that moves fewer, longer runs first.
+            scored.append((-score, geo.row_runs(new), i, new))
+        scored.sort(key=lambda x: x[:3])
         if with_scores:
-            return [(-neg, n) for neg, _, n in scored]
-        return [n for _, _, n in scored]
+            return [(-x[0], x[3]) for x in scored]
+        return [x[3] for x in scored]
 
 
 def thread_start_sizes(geo: TileGeometry, eps: float, align: dict[str, int] | None = None) -> list[list[int]]:

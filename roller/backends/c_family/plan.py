@@ -624,12 +624,17 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     partial = {a.name: a.extent for a in spatial if a.extent % a.block}
     contiguous = out.view is None and _flat_coef(expr.out_index, out.strides, ax.name) == 1
 
+    # Spatial axes along which a read gathered along the vector axis can load whole vectors instead (a
+    # transpose): their thread runs are whole vectors and no tile is partial along them or the vector axis.
+    across = {a.name: a.jdiv for a in spatial[:-1] if a.thread % width == 0 and not a.extent % a.block} \
+        if not ax.extent % ax.block else {}
+
     def body(clamp: dict[str, int]) -> str:
         reads = {}
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
                 reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, ax.extent, width, vtype, expr.pad_value, d,
-                                                     clamp)
+                                                     clamp, across)
         def axis_v(a: str) -> str:
             lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
             return f"(({vtype})((float){var_global(a)}){lanes})"
@@ -674,7 +679,7 @@ def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis:
 
 
 def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent: int, width: int, vtype: str,
-                 pad: float, d: Dialect, clamp: dict[str, int]) -> str:
+                 pad: float, d: Dialect, clamp: dict[str, int], across: dict[str, int] | None = None) -> str:
     """``width`` adjacent points of one read along ``axis``: one broadcast element, one vector load, or (a
     view, a stride, a guard that differs from lane to lane, a run across the axis's end) the lanes' scalar
     reads gathered into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the
@@ -694,7 +699,8 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent
     if step == 2 and width > 1 and tp.view is None:
         return _stride2_read(tp, idx, axis, axis_extent, width, vtype, d, clamp, lane, gathered)
     if step != 1:
-        return gathered()
+        return (_transposed_read(tp, idx, axis, width, vtype, across, d) if across and step is not None else None) \
+            or gathered()
     # In a run that crosses the axis's end (``axis`` in ``clamp``) the vectors wholly inside it still load
     # as one: the address is not clamped along the axis, and a test that the last lane is inside picks the
     # load; the vector across the end gathers its lanes clamped.
@@ -741,6 +747,29 @@ def _stride2_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_exten
         # start is a constant (the edge version, VecFlavor.run_start)
         return f"({var_global(axis)} + {width - 1} < {clamp[axis]} ? {load} : {gathered()})"
     return load
+
+
+def _transposed_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int, vtype: str,
+                     across: dict[str, int], d: Dialect) -> str | None:
+    """A read strided along the vector axis and contiguous along another spatial axis of the thread tile (a
+    transpose's ``X[i0,i1]`` for lanes along ``i0``), as ``width`` vector loads along that other axis, each
+    giving one lane: the same loads serve the ``width`` vectors of the tile that lie along it, which the
+    compiler shares (one vector load per lane instead of one scalar load per lane and vector). ``across``:
+    the spatial axes whose thread runs are whole vectors and whose tiles are never partial, each with its
+    decode divisor in the register-tile point index. None where no such axis is contiguous in the tensor."""
+    for other, jdiv in across.items():
+        if _flat_coef(idx, tp.strides, other) != 1 or _global_address(tp, idx, var_global, None, d)[0]:
+            continue
+        at = f"((rl_j / {jdiv}) % {width})"   # a constant once the register tile's loop is unrolled
+
+        def lane(k: int, other: str = other, at: str = at) -> Callable[[str], str]:
+            return lambda a: (f"({var_global(a)} + {k})" if a == axis else
+                              f"({var_global(a)} - {at})" if a == other else var_global(a))
+
+        loads = [f"vload{width}(0, {tp.name} + {_global_address(tp, idx, lane(k), None, d)[1]})[{at}]"
+                 for k in range(width)]
+        return f"({vtype})({', '.join(loads)})"
+    return None
 
 
 def var_global(ax: str) -> str:
