@@ -77,14 +77,21 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
         # ways, and the model, which charges the copies (padding_time), ranks them.
         variants.append(prepare(expr, gemm_conv=False, pad=False))
     unique: dict[tuple, RProgram] = {}
+    forms = []
     for i, form in enumerate(variants):
         built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix)
+        forms.append((form, geo))
         for p in built:
             unique.setdefault((i, p.key()), p)
     # Programs the model predicts alike (a transpose's blocks of one size, whatever their shape) are ordered by
     # how many contiguous runs they move: the model's traffic is the same, the memory system's work is not.
-    ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s,  # type: ignore[union-attr]
-                                                    TileGeometry(p.expr).row_runs(p.block_tile.shape), p.key()))
+    geos = {id(form): geo for form, geo in forms}
+
+    def rank(p: RProgram) -> tuple:
+        geo = geos.get(id(p.expr)) or TileGeometry(p.expr)
+        return p.prediction.time_s, geo.row_runs(p.block_tile.shape), p.key()  # type: ignore[union-attr]
+
+    ranked = sorted(unique.values(), key=rank)
     if not ranked:
         raise InputError(_nothing_fits(form, geo, hwd, block_level, search))
     return ranked[:top_k]

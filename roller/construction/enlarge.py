@@ -10,6 +10,7 @@ the next tile. A visited set keeps every tile from being expanded twice.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from roller.construction.align import (
@@ -247,8 +248,10 @@ class Search:
             q1 = geo.total_traffic(new, transaction, epilogue=False)
             f1 = footprint(new)
             score = 0.0 if f1 == f0 else (q0 - q1) / (f1 - f0)
-            # At equal reuse (none, in a transpose), the enlargement that moves fewer, longer runs first.
-            scored.append((-score, geo.row_runs(new), i, new))
+            scored.append((-score, 0, i, new))
+        # At equal reuse (none, in a transpose), the enlargement that moves fewer, longer runs first.
+        ties = Counter(x[0] for x in scored)
+        scored = [(x[0], geo.row_runs(x[3]) if ties[x[0]] > 1 else 0, x[2], x[3]) for x in scored]
         scored.sort(key=lambda x: x[:3])
         if with_scores:
             return [(-x[0], x[3]) for x in scored]
