@@ -67,7 +67,52 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     if expr.stages:
         return _row_programs(expr, hwd, top_k)
     block_level, thread_level = levels(hwd)
-    expr = prepared(expr, hwd, gemm_conv)
+    form = prepared(expr, hwd, gemm_conv)
+    variants = [form]
+    if expr.preparation is None and form.preparation is not None and form.preparation.pads \
+            and not _shares_reads(expr):
+        # A padded copy costs a read and a write of the input before the kernel: for a window that shares no
+        # read between outputs (a pooling window) that doubles a memory-bound op's traffic, while its bounds
+        # tests cost little (a 3x3 average pool's kernel ran as fast either way). Such ops are built both
+        # ways, and the model, which charges the copies (padding_time), ranks them.
+        variants.append(prepare(expr, gemm_conv=False, pad=False))
+    unique: dict[tuple, RProgram] = {}
+    forms = []
+    for i, form in enumerate(variants):
+        built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix)
+        forms.append((form, geo))
+        for p in built:
+            unique.setdefault((i, p.key()), p)
+    # Programs the model predicts alike (a transpose's blocks of one size, whatever their shape) are ordered by
+    # how many contiguous runs they move: the model's traffic is the same, the memory system's work is not.
+    geos = {id(form): geo for form, geo in forms}
+
+    def rank(p: RProgram) -> tuple:
+        geo = geos.get(id(p.expr)) or TileGeometry(p.expr)
+        return p.prediction.time_s, geo.row_runs(p.block_tile.shape), p.key()  # type: ignore[union-attr]
+
+    ranked = sorted(unique.values(), key=rank)
+    if not ranked:
+        raise InputError(_nothing_fits(form, geo, hwd, block_level, search))
+    return ranked[:top_k]
+
+
+def _shares_reads(expr: TensorExpr) -> bool:
+    """Whether some input of the body is read by several output points through the same element across a
+    spatial axis (a convolution's weights, a matmul's operands): where register tiles and staging pay."""
+    spatial = [a.name for a in expr.spatial_axes]
+    for t in expr.body_inputs:
+        for idx in expr.accesses(t.name):
+            used = {a for i in idx for a, _ in i.terms}
+            if any(a not in used for a in spatial):
+                return True
+    return False
+
+
+def _programs_of(expr: TensorExpr, hwd: HardwareDesc, block_level: int, thread_level: int, top_k: int,
+                 shrink: bool, matrix: Iterable[MatrixSupport]) -> tuple[list[RProgram], Search, TileGeometry]:
+    """The candidate programs of a prepared ``expr`` (scalar and matrix), with the search and geometry that
+    built them (for the message when none fits)."""
     geo = TileGeometry(expr)
     itemsize = expr.output.itemsize
     unstaged = hwd.memory[block_level + 1].scope == "cache"
@@ -99,13 +144,7 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     # float16 GEMM-shaped ops on a description with matrix instructions the backend renders: tensor-core
     # (or matrix-core) programs compete with the scalar ones in the same ranking.
     progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool, support=matrix)
-    unique: dict[tuple, RProgram] = {}
-    for p in progs:
-        unique.setdefault(p.key(), p)
-    ranked = sorted(unique.values(), key=lambda p: (p.prediction.time_s, p.key()))  # type: ignore[union-attr]
-    if not ranked:
-        raise InputError(_nothing_fits(expr, geo, hwd, block_level, search))
-    return ranked[:top_k]
+    return progs, search, geo
 
 
 def prepared(expr: TensorExpr, hw: HardwareDesc, gemm_conv: bool = True) -> TensorExpr:

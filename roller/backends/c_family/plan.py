@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roller.errors import InputError
-from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, map_reads
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
-from roller.ir.vector import VECTOR_WIDTHS, vector_width
+from roller.ir.vector import VECTOR_WIDTHS, reduction_vector, vector_width
 from roller.program import RProgram
 
 
@@ -168,6 +168,23 @@ class RowVecPlan:
 
 
 @dataclass
+class ReduceVecPlan:
+    """A CPU reduction walked in ``width``-wide vectors along its innermost axis ``axis`` (roller.ir.vector.
+    reduction_vector): per output point, the outer reduction loops run as usual, the innermost one in vectors
+    of partial results (``body``, folded with ``vcombine``) and a scalar tail; the lanes are folded after the
+    walk. ``guard`` skips the tile's points past the spatial axes' ends."""
+
+    width: int
+    vtype: str
+    axis: str
+    extent: int
+    body: str
+    vcombine: str
+    outer_loops: list[tuple[str, int, int]]
+    guard: str
+
+
+@dataclass
 class KernelPlan:
     name: str
     grid: int
@@ -205,6 +222,7 @@ class KernelPlan:
     # stage and once more to store
     stages: list[StagePlan] = field(default_factory=list)
     row_vec: RowVecPlan | None = None
+    rvec: ReduceVecPlan | None = None
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -318,6 +336,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             # another (OpenCL once ran bfloat16 as float32) nor end as a KeyError.
             raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
                              f"use {' or '.join(d.ctype)}", field="dtype")
+    expr = hoist_divisor(expr)
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
     scratchpad = prog.scopes[prog.block_level + 1] == "block"
@@ -435,8 +454,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
     out.ranges = ranges
-    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if blocked and not staged and d.vector_loads \
-        else None
+    cpu_vectors = blocked and not staged and d.vector_loads
+    rvec = _reduce_vec_plan(expr, spatial, inputs, d) if cpu_vectors else None
+    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if cpu_vectors and rvec is None else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode, reduce_loops=reduce_loops(reduce),
@@ -448,7 +468,43 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         vcombine=combine_stmt(expr.reduce_op, d, True) if vec else "",
         body=body, out_index=out_index, epilogue=epilogue, epilogue_inputs=epilogue_inputs,
         pad_value=_c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
-        blocked=blocked, vec=vec)
+        blocked=blocked, vec=vec, rvec=rvec)
+
+
+def _reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
+                     d: Dialect) -> ReduceVecPlan | None:
+    """The vector walk along the innermost reduction axis, where roller.ir.vector.reduction_vector picks it."""
+    form = reduction_vector(expr)
+    if form is None:
+        return None
+    axis, width = form
+    vtype = f"{d.ctype[expr.acc_dtype]}{width}"
+    extent = expr.axis(axis).extent
+    reads = {(tp.name, idx): _vector_read(tp, idx, axis, extent, width, vtype, expr.pad_value, d, {})
+             for tp in inputs for idx in expr.accesses(tp.name)}
+    body = render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype,
+                       lambda a: f"(({vtype})((float){var_global(a)}) + ({vtype})"
+                                 f"({', '.join(f'{k}.0f' for k in range(width))}))" if a == axis
+                       else f"(({vtype})((float){var_global(a)}))")
+    outer = [(a.name, a.extent, 0) for a in expr.reduce_axes if a.name != axis]
+    guard = " && ".join(f"{var_global(ax.name)} < {ax.extent}" for ax in spatial if ax.extent % ax.block)
+    return ReduceVecPlan(width, vtype, axis, extent, body, combine_stmt(expr.reduce_op, d, True), outer, guard)
+
+
+def hoist_divisor(expr: TensorExpr) -> TensorExpr:
+    """A sum of ``x / c`` (c a constant: an average pool's K*K, a mean's count) as the sum of ``x`` divided
+    by ``c`` once, in the epilogue: one division per output instead of one per point. A 3x3 average pool on
+    PoCL divided every window point, and vector divisions, not memory, set its time."""
+    body = expr.body
+    if expr.reduce_op != "sum" or not expr.reduce_axes or not isinstance(body, BinOp) or body.op != "/" \
+            or not isinstance(body.rhs, Const):
+        return expr
+    c = body.rhs
+    if expr.epilogue is None:
+        return replace(expr, body=body.lhs, epilogue=BinOp("/", Read(expr.output.name, expr.out_index), c))
+    # A fused epilogue reads the reduced value as the output: it reads the sum divided instead.
+    return replace(expr, body=body.lhs, epilogue=map_reads(
+        expr.epilogue, lambda r: BinOp("/", r, c) if r.tensor == expr.output.name else r))
 
 
 def _decode(spatial: list[AxisPlan]) -> None:
@@ -568,12 +624,17 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     partial = {a.name: a.extent for a in spatial if a.extent % a.block}
     contiguous = out.view is None and _flat_coef(expr.out_index, out.strides, ax.name) == 1
 
+    # Spatial axes along which a read gathered along the vector axis can load whole vectors instead (a
+    # transpose): their thread runs are whole vectors and no tile is partial along them or the vector axis.
+    across = {a.name: a.jdiv for a in spatial[:-1] if a.thread % width == 0 and not a.extent % a.block} \
+        if not ax.extent % ax.block else {}
+
     def body(clamp: dict[str, int]) -> str:
         reads = {}
         for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
                 reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, ax.extent, width, vtype, expr.pad_value, d,
-                                                     clamp)
+                                                     clamp, across)
         def axis_v(a: str) -> str:
             lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
             return f"(({vtype})((float){var_global(a)}){lanes})"
@@ -618,7 +679,7 @@ def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis:
 
 
 def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent: int, width: int, vtype: str,
-                 pad: float, d: Dialect, clamp: dict[str, int]) -> str:
+                 pad: float, d: Dialect, clamp: dict[str, int], across: dict[str, int] | None = None) -> str:
     """``width`` adjacent points of one read along ``axis``: one broadcast element, one vector load, or (a
     view, a stride, a guard that differs from lane to lane, a run across the axis's end) the lanes' scalar
     reads gathered into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the
@@ -638,7 +699,8 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent
     if step == 2 and width > 1 and tp.view is None:
         return _stride2_read(tp, idx, axis, axis_extent, width, vtype, d, clamp, lane, gathered)
     if step != 1:
-        return gathered()
+        return (_transposed_read(tp, idx, axis, width, vtype, across, d) if across and step is not None else None) \
+            or gathered()
     # In a run that crosses the axis's end (``axis`` in ``clamp``) the vectors wholly inside it still load
     # as one: the address is not clamped along the axis, and a test that the last lane is inside picks the
     # load; the vector across the end gathers its lanes clamped.
@@ -685,6 +747,29 @@ def _stride2_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_exten
         # start is a constant (the edge version, VecFlavor.run_start)
         return f"({var_global(axis)} + {width - 1} < {clamp[axis]} ? {load} : {gathered()})"
     return load
+
+
+def _transposed_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int, vtype: str,
+                     across: dict[str, int], d: Dialect) -> str | None:
+    """A read strided along the vector axis and contiguous along another spatial axis of the thread tile (a
+    transpose's ``X[i0,i1]`` for lanes along ``i0``), as ``width`` vector loads along that other axis, each
+    giving one lane: the same loads serve the ``width`` vectors of the tile that lie along it, which the
+    compiler shares (one vector load per lane instead of one scalar load per lane and vector). ``across``:
+    the spatial axes whose thread runs are whole vectors and whose tiles are never partial, each with its
+    decode divisor in the register-tile point index. None where no such axis is contiguous in the tensor."""
+    for other, jdiv in across.items():
+        if _flat_coef(idx, tp.strides, other) != 1 or _global_address(tp, idx, var_global, None, d)[0]:
+            continue
+        at = f"((rl_j / {jdiv}) % {width})"   # a constant once the register tile's loop is unrolled
+
+        def lane(k: int, other: str = other, at: str = at) -> Callable[[str], str]:
+            return lambda a: (f"({var_global(a)} + {k})" if a == axis else
+                              f"({var_global(a)} - {at})" if a == other else var_global(a))
+
+        loads = [f"vload{width}(0, {tp.name} + {_global_address(tp, idx, lane(k), None, d)[1]})[{at}]"
+                 for k in range(width)]
+        return f"({vtype})({', '.join(loads)})"
+    return None
 
 
 def var_global(ax: str) -> str:

@@ -1,0 +1,50 @@
+"""Transposes on a CPU: reads gathered along the vector axis load whole vectors along the input's rows
+(plan._transposed_read), and tiles of equal predicted time are ordered by the contiguous runs they move
+(TileGeometry.row_runs), so blocks come out square. The kernels run on PoCL against numpy."""
+from __future__ import annotations
+
+import pytest
+
+import roller.hw as H
+from roller.backends import get
+from roller.construction import construct
+from roller.evaluate import check_against
+from roller.ir import load_op
+from roller.model.traffic import TileGeometry
+from roller.numpy_reference import random_inputs
+
+CPU = H.load("pocl-cpu")
+OPENCL = get("opencl")
+
+
+def test_a_large_transpose_gets_square_blocks_and_vector_loads() -> None:
+    op = load_op({"name": "t", "op": "transpose", "shape": [4096, 4096], "perm": [1, 0]})
+    p = construct(op, CPU, top_k=4)[0]
+    assert p.block_tile.shape == (256, 256) and p.thread_tile.shape == (16, 16)
+    geo = TileGeometry(p.expr)
+    assert geo.row_runs((256, 256)) < geo.row_runs((4096, 16))
+    src = OPENCL.render(p, CPU).files["kernel.cl"]
+    assert "vload16(0, X + ((rl_g_i0 + 15)) * 4096 + ((rl_g_i1 - ((rl_j / 16) % 16))))[((rl_j / 16) % 16)]" in src
+
+
+@pytest.mark.parametrize("shape,perm", [
+    ([64, 48], [1, 0]),
+    ([37, 50], [1, 0]),          # partial tiles: the lanes gather, as before
+    ([6, 32, 16], [0, 2, 1]),
+    ([16, 8, 32], [2, 1, 0]),
+    ([32, 16, 4], [1, 0, 2]),
+])
+def test_transposes_match_numpy(shape: list[int], perm: list[int]) -> None:
+    op = load_op({"name": "t", "op": "transpose", "shape": shape, "perm": perm})
+    x = random_inputs(op, seed=11)
+    for p in construct(op, CPU, top_k=5):
+        y = OPENCL.compile(OPENCL.render(p, CPU), CPU)([x[t.name] for t in op.inputs])
+        check_against(p.line(), op, x, y)
+
+
+def test_some_transposed_reads_are_exercised() -> None:
+    seen = 0
+    for shape, perm in (([64, 48], [1, 0]), ([6, 32, 16], [0, 2, 1])):
+        op = load_op({"name": "t", "op": "transpose", "shape": shape, "perm": perm})
+        seen += sum(")[((rl_j / " in OPENCL.render(p, CPU).files["kernel.cl"] for p in construct(op, CPU, top_k=5))
+    assert seen >= 2
