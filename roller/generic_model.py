@@ -228,6 +228,7 @@ class GenericModel:
     _executor: Executor | None = field(default=None, repr=False)
     _capacity: int = 0
     _exact_runners: dict[tuple[str, int], Runner] = field(default_factory=dict, repr=False)
+    _launches: dict[tuple[int, int], dict[str, Runner]] = field(default_factory=dict, repr=False)
 
     @property
     def kernels_compiled(self) -> int:
@@ -294,6 +295,13 @@ class GenericModel:
         return tuple(out)
 
     def _launchers(self, v: int, ex: Executor) -> dict[str, Runner]:
+        """Each kernel key's launch at size ``v`` on the current plan (made once per size and capacity: every
+        run at a size launches the same)."""
+        if (v, self._capacity) not in self._launches:
+            self._launches[(v, self._capacity)] = self._make_launchers(v, ex)
+        return self._launches[(v, self._capacity)]
+
+    def _make_launchers(self, v: int, ex: Executor) -> dict[str, Runner]:
         out: dict[str, Runner] = {}
         for node in ex.graph.op_nodes:
             key = kernel_key(node)

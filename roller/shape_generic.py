@@ -220,11 +220,18 @@ def _grown(a: np.ndarray, dim: int, per: int, rows: int) -> np.ndarray:
     return out
 
 
+def kernel_set(op: SymbolicOp, hwd: HardwareDesc, be: Any) -> KernelSet | str:
+    """``op``'s shape-generic kernel set for ``be``, or why it has none (the backend cannot launch a prefix of a
+    grid, or the symbol does not lead the op)."""
+    if not be.sub_grid:
+        return f"the {be.name} backend launches every kernel on the grid it was built for"
+    return construct_generic(op, hwd, matrix=be.matrix_support)
+
+
 def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10) -> GenericKernel:
     """Build ``op``'s shape-generic kernel set and render each kept program, or settle for per-size kernels."""
     t = time.perf_counter()
-    ks = construct_generic(op, hwd, matrix=be.matrix_support) if be.sub_grid else \
-        f"the {be.name} backend launches every kernel on the grid it was built for"
+    ks = kernel_set(op, hwd, be)
     if isinstance(ks, str):
         return GenericKernel(op, hwd, be, None, why=ks, construction_s=time.perf_counter() - t, top_k=top_k)
     arts = [be.render(p, hwd) for p in ks.programs]

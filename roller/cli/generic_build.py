@@ -23,7 +23,7 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     from roller.backends import for_hw
     from roller.cli.build_cmd import _move_into_place, output_staging
     from roller.cli.hw_cmd import hw_from_args
-    from roller.construction.generic import construct_generic
+    from roller.shape_generic import kernel_set
 
     if args.evaluate or args.op_name:
         raise InputError(f"{'--eval' if args.evaluate else '--op'} does not apply to an op with symbolic sizes "
@@ -31,8 +31,7 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     hwd = hw_from_args(args)
     be = for_hw(hwd, args.backend)
     t = time.perf_counter()
-    ks = construct_generic(op, hwd, matrix=be.matrix_support) if be.sub_grid else \
-        f"the {be.name} backend launches every kernel on the grid it was built for"
+    ks = kernel_set(op, hwd, be)
     if isinstance(ks, str):
         raise InputError(f"{op.name}: one kernel cannot serve every size here ({ks}); build it at a size (write "
                          "the number in place of the symbol)", source=op.source)
