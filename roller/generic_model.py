@@ -5,11 +5,16 @@ replays the first one's costs). Where both graphs have the same steps and every 
 is a multiple of the symbol, the graph at any size is the greatest one's with those sizes scaled
 (``GraphFamily.at``; checked to reproduce the second import exactly), and each operator a ``ScaledOp``.
 Operators with a shape-generic kernel set (``roller.construction.generic``: the symbol leads the tensors they
-index) are built once; the others are built for each size at its first run. A run at size ``v`` plans the
-graph at a capacity that holds every kernel's covered rows, launches each operator's kernel (the one the model
-picks for ``v``, on the blocks covering ``v``; or the one built for ``v``), and copies in and out the inputs'
-and outputs' first ``v`` rows. A larger size later re-plans at a larger capacity (device memory grows by powers
-of two; nothing is compiled for the kernel sets).
+index, or their kernels take it as an argument) are built once; the others are built for each size at its
+first run. A run at size ``v`` plans the graph at a capacity that holds every kernel's covered rows, launches
+each operator's kernel (the one the model picks for ``v``, on the blocks covering ``v``; or the one built for
+``v``), and copies in and out the inputs' and outputs' first ``v`` rows. A larger size later re-plans at a
+larger capacity (device memory grows by powers of two; nothing is compiled for the kernel sets).
+
+A value the symbol does not lead (attention's scores: the key length is their inner dimension) is held in
+its layout at the greatest size, where every operator that touches it has a kernel set that takes the size as
+an argument (``roller.construction.runtime``); otherwise those operators are built for each size and hold it
+as it is at that size.
 """
 from __future__ import annotations
 
@@ -224,6 +229,8 @@ class GenericModel:
     # the value an op node writes -> its operator and why it has no kernel set: built for each size instead
     exact: dict[str, tuple[ScaledOp, str]] = field(default_factory=dict)
     build_s: float = 0.0
+    # values held in their layout at the greatest size (the symbol does not lead them; runtime-extent kernels)
+    greatest_layout: frozenset[str] = frozenset()
     _runners: dict[tuple[int, int], Runner] = field(default_factory=dict, repr=False)
     _executor: Executor | None = field(default=None, repr=False)
     _capacity: int = 0
@@ -270,6 +277,11 @@ class GenericModel:
         cap = self.capacity(v)
         if self._executor is None or cap > self._capacity:
             g = self.family.at(cap)
+            if self.greatest_layout:
+                top = self.family.top.values
+                g = Graph(g.name, list(g.inputs), list(g.outputs),
+                          {n: top[n] if n in self.greatest_layout else val for n, val in g.values.items()},
+                          dict(g.constants), list(g.nodes))
             pads: dict[str, tuple[InputPad | None, ...]] = {}
             for node in g.op_nodes:
                 if node.output in self.sets:
@@ -315,8 +327,8 @@ class GenericModel:
             # Shapes at the capacity the buffers hold (a launch reads only its grid: the plan moves the data).
             shapes = [p.shape if p is not None else tuple(t.storage_shape)
                       for p, t in zip(self._pads(ks, node, self._capacity), node.expr.inputs)]
-            out[key] = self.runner(ks, i).with_launch(ks.blocks(i, v),
-                                                      [*shapes, tuple(node.expr.output.storage_shape)])
+            out[key] = self.runner(ks, i).with_launch(ks.blocks(i, v), [*shapes, tuple(node.expr.output.storage_shape)],
+                                                      ks.scalars(v))
         return out
 
     def value_shape(self, name: str, v: int) -> tuple[int, ...]:
@@ -351,6 +363,36 @@ class GenericModel:
     def time(self, inputs: Mapping[str, np.ndarray], v: int, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps at size ``v`` (inputs uploaded once)."""
         return self._prepare(inputs, v).time_steps(repeat, warmup)
+
+
+def _greatest_layout(family: GraphFamily, sets: Mapping[str, KernelSet],
+                     exact: Mapping[str, tuple[ScaledOp, str]]) -> frozenset[str] | str:
+    """The values held in their layout at the greatest size (those the symbol does not lead), or why they
+    cannot be: an operator built per size touches one, or a view reads one otherwise than that layout lays it
+    out."""
+    g = family.top
+    inner = {n for n, grow in family.values.items() if not _leads(g.values[n].shape, grow)}
+    for node in g.op_nodes:
+        touched = inner & {*node.inputs, node.output}
+        if touched and node.output in exact:
+            return f"{exact[node.output][1]}, and it reads or writes {min(touched)}, which the size does not lead"
+    for view in g.nodes:
+        if isinstance(view, ViewNode) and {view.input, view.output} & inner:
+            for v in sorted({min(2, family.greatest), min(3, family.greatest)}):
+                if not _same_offsets(family, view.input, view.output, v):
+                    return f"view {view.name} reads {view.input} otherwise than it lies at the greatest size"
+    return frozenset(inner)
+
+
+def _same_offsets(family: GraphFamily, a: str, b: str, v: int) -> bool:
+    """Whether every element of values ``a`` and ``b`` (one a view of the other) at size ``v`` lies at the
+    same offset when each is held in its layout at the greatest size."""
+    def offsets(name: str) -> np.ndarray:
+        at_v = _scaled(family.top.values[name].shape, family.values.get(name, {}), v)
+        index = np.unravel_index(np.arange(int(np.prod(at_v))), at_v)
+        return np.ravel_multi_index(index, family.top.values[name].shape)
+
+    return bool(np.array_equal(offsets(a), offsets(b)))
 
 
 def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> GenericModel | str:
@@ -396,9 +438,22 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> Generi
             exact[node.output] = (op, f"operator {node.name}: {found}")
         else:
             sets[node.output] = found
-    kept = {id(ks): ks for ks in by_key.values() if not isinstance(ks, str)}
+    layout = _greatest_layout(family, sets, exact)
+    if isinstance(layout, str):
+        # Some operator on a value the symbol does not lead is built per size (with the value as it is at that
+        # size): so is every other operator on such a value.
+        inner = {n for n, grow in family.values.items() if not _leads(g.values[n].shape, grow)}
+        for node in g.op_nodes:
+            ks = sets.get(node.output)
+            op = family.ops[node.output]
+            if ks is not None and ks.scalar_args and op is not None and inner & {*node.inputs, node.output}:
+                exact[node.output] = (op, f"operator {node.name}: {layout}")
+                del sets[node.output]
+        layout = frozenset()
+    kept = {id(ks): ks for ks in sets.values()}
     artifacts = {i: [backend.render(p, hw) for p in ks.programs] for i, ks in kept.items()}
-    model = GenericModel(family, hw, backend, sets, artifacts, backend.device(), exact=exact)
+    model = GenericModel(family, hw, backend, sets, artifacts, backend.device(), exact=exact,
+                         greatest_layout=layout)
     for i, ks in kept.items():
         warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[i])
         warm.warm()

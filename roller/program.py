@@ -116,6 +116,10 @@ class RProgram:
     epsilon: float = 0.0
     padding_waste: float = 0.0
     matrix: MatrixChoice | None = None
+    # Axes whose extent is a kernel argument (axis name, factor): the kernel is built over ``expr`` (the op at
+    # its symbol's greatest value, which sets every tensor's layout) and takes the symbol's value ``n`` at
+    # launch; each such axis then runs to ``factor * n`` (roller.construction.runtime).
+    runtime: tuple[tuple[str, int], ...] = ()
     prediction: Prediction | None = field(default=None, compare=False)
 
     @property
@@ -132,13 +136,15 @@ class RProgram:
 
     def key(self) -> tuple:
         return (tuple(t.shape for t in self.tiles), self.reduce_threads,
-                self.matrix.name if self.matrix else None)
+                self.matrix.name if self.matrix else None, self.runtime)
 
     def line(self) -> str:
         parts = [f"{self.layers[i]}>{self.layers[i + 1]} {t.text()}" for i, t in enumerate(self.tiles)]
         parts += [f"grid {self.grid}", f"block {self.block}"]
         if self.reduce_threads > 1:
             parts.append(f"split-k {self.reduce_threads}")
+        if self.runtime:
+            parts.append("runtime " + ",".join(a if f == 1 else f"{a}={f}n" for a, f in self.runtime))
         return " | ".join(parts)
 
     __str__ = line
@@ -183,6 +189,7 @@ class RProgram:
             "matrix": self.matrix.to_json() if self.matrix else None,
             "epsilon": self.epsilon,
             "padding_waste": self.padding_waste,
+            "runtime_axes": [{"axis": a, "factor": f} for a, f in self.runtime],
             "prediction": self.prediction.to_json() if self.prediction else None,
             "line": self.line(),
         }
@@ -217,12 +224,16 @@ class RProgram:
         if not 0 <= block_level <= thread_level < len(tiles):
             raise ValueError("rProgram's block and thread levels are out of range")
         pred = doc.get("prediction")
+        runtime = tuple((str(r["axis"]), int(r["factor"])) for r in doc.get("runtime_axes", []))
+        names = {a.name for a in expr.axes}
+        if any(a not in names or f < 1 for a, f in runtime):
+            raise ValueError("rProgram's runtime axes are not axes of its op")
         return RProgram(expr=expr, hw_name=str(doc["hw"]), hw_hash=str(doc["hw_hash"]), layers=layers,
                         scopes=scopes, tiles=tiles, grid=int(doc["grid"]), block=int(doc["block"]),
                         block_level=block_level, thread_level=thread_level,
                         reduce_threads=int(doc.get("reduce_threads", 1)),
                         epsilon=float(doc.get("epsilon", 0.0)), padding_waste=float(doc.get("padding_waste", 0.0)),
-                        matrix=MatrixChoice.from_json(doc.get("matrix")),
+                        matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime,
                         prediction=Prediction.from_json(pred) if pred is not None else None)
 
     @staticmethod

@@ -139,7 +139,8 @@ class GenericKernel:
                 ) -> tuple[Any, list[np.ndarray], tuple[int, ...]]:
         """(runner, inputs in launch order, output shape as launched) of a call, on the kept program the model
         picks (or ``index``): the inputs that grow with the symbol are given the rows the launched blocks read,
-        zeros past the call's own."""
+        zeros past the call's own (kernels that take the size as an argument: every tensor in its layout at the
+        greatest size)."""
         from roller.evaluate import ordered_inputs
         from roller.numpy_reference import np_dtype
         from roller.program import pad_input
@@ -150,6 +151,8 @@ class GenericKernel:
         i = ks.choose(v) if index is None else index
         rows = ks.rows(i, v)
         expr = self.op.instantiate(values)
+        if ks.scalar_args:
+            return self._prepare_runtime(i, v, expr, bound)
         launch = self.artifacts[i].launch
         pads = {a["name"]: a["pad"] for a in launch["arguments"] if a.get("pad") is not None}
         arrays: dict[str, np.ndarray] = {}
@@ -169,6 +172,22 @@ class GenericKernel:
         runner = self.runner(i).with_launch(ks.blocks(i, v), [*(a.shape for a in inputs), out_shape])
         return runner, inputs, out_shape
 
+    def _prepare_runtime(self, i: int, v: int, expr: TensorExpr, bound: Mapping[str, np.ndarray]
+                         ) -> tuple[Any, list[np.ndarray], tuple[int, ...]]:
+        from roller.evaluate import ordered_inputs
+        from roller.numpy_reference import np_dtype
+
+        assert self.kernels is not None
+        ks = self.kernels
+        greatest = ks.source(ks.greatest)
+        arrays = {t.name: _embedded(np.ascontiguousarray(bound[t.name], dtype=np_dtype(t.dtype)),
+                                    tuple(greatest.tensor(t.name).storage_shape)) for t in expr.inputs}
+        inputs = ordered_inputs(self.artifacts[i].launch, arrays)
+        out_shape = tuple(greatest.output.storage_shape)
+        runner = self.runner(i).with_launch(ks.blocks(i, v), [*(a.shape for a in inputs), out_shape],
+                                            ks.scalars(v))
+        return runner, inputs, out_shape
+
     def _growth(self, tensor: str) -> tuple[int, int]:
         """(dimension, factor) in which ``tensor`` as written grows with the generic symbol."""
         assert self.kernels is not None
@@ -183,6 +202,8 @@ class GenericKernel:
         out = np.asarray(runner(inputs))
         expr = self.op.instantiate(values)
         shape = tuple(expr.output.storage_shape)
+        if self.kernels.scalar_args:
+            return np.ascontiguousarray(out[tuple(slice(0, d) for d in shape)])
         return out.reshape(-1)[:int(np.prod(shape))].reshape(shape)
 
     def benchmark(self, values: Mapping[str, int], repeat: int = 10, warmup: int = 2) -> float:
@@ -217,6 +238,15 @@ def _grown(a: np.ndarray, dim: int, per: int, rows: int) -> np.ndarray:
         return a
     out = np.zeros(shape, dtype=a.dtype)
     out.reshape(-1)[:a.size] = a.reshape(-1)
+    return out
+
+
+def _embedded(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` at the start of every dimension of a zero array of ``shape`` (the layout at the greatest size)."""
+    if tuple(a.shape) == shape:
+        return a
+    out = np.zeros(shape, dtype=a.dtype)
+    out[tuple(slice(0, d) for d in a.shape)] = a
     return out
 
 

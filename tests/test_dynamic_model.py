@@ -15,22 +15,22 @@ from tests.zoo_graphs import ALL, dynamic_attention_block, open_sizes, residual_
 def test_bert_layer_with_an_open_sequence_length_runs_every_length() -> None:
     m = roller.compile_model(dynamic_attention_block(), hw="pocl-cpu", ranges={"seq": (1, 512)})
     assert isinstance(m, DynamicModel) and m.symbols == ("seq",)
-    # The projections, the FFN and the layer norms serve every length with one kernel set each; attention's
-    # key transpose, scores, softmax and context read the length along inner axes, and are built at each
-    # length's first run.
-    assert m.mode == "mixed" and "operator" in m.why, m.why
-    sets = m.generic.kernels_compiled
+    # The projections, the FFN and the layer norms lead with the length (a prefix of their grids serves);
+    # attention's key transpose, scores, softmax and context take it as an argument, their values held in the
+    # layout of the greatest length. Nothing is built at a new length.
+    assert m.mode == "generic", m.why
+    assert m.generic.greatest_layout and not m.generic.exact
+    assert any(ks.scalar_args for ks in m.generic.sets.values())
+    built = m.generic.kernels_compiled
     rng = np.random.default_rng(0)
-    for seq in (1, 17, 128, 384):
+    for seq in (1, 17, 128, 384, 5):
         feeds = {"x": rng.standard_normal((1, seq, 64)).astype(np.float32),
                  "mask": np.where(np.arange(seq) < seq * 3 // 4 + 1, 0.0, -10000.0).astype(np.float32)
                  .reshape(1, 1, 1, seq)}
         result = m.check(feeds)
         assert result["reference"].startswith("onnxruntime")
         assert m(**feeds).shape == (1, seq, 64)
-    per_length = m.generic.per_size_compiled // 4
-    assert m.generic.per_size_compiled == 4 * per_length and 1 <= per_length < len(m.generic.family.top.op_nodes)
-    assert m.generic.kernels_compiled == sets + 4 * per_length
+    assert m.generic.kernels_compiled == built and m.generic.per_size_compiled == 0
     assert not m.models
 
 

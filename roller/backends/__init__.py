@@ -61,10 +61,11 @@ class Runner(abc.ABC):
         output), after everything enqueued before; returns the launch's event where the device has one."""
         raise NotImplementedError(f"{type(self).__name__} cannot launch on device buffers")
 
-    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> Runner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]], scalars: Sequence[int] = ()) -> Runner:
         """This kernel launched on its first ``blocks`` blocks, with arguments of ``shapes`` (the inputs as it
-        reads them, padded where it reads a padded copy, then the output): how a shape-generic kernel
-        (``roller.construction.generic``) runs a size below the one it was built for."""
+        reads them, padded where it reads a padded copy, then the output) and, where given, ``scalars`` for its
+        int parameters (launch.json's ``scalars``: a kernel with runtime extents takes the symbol's value): how a
+        shape-generic kernel (``roller.construction.generic``) runs a size below the one it was built for."""
         raise NotImplementedError(f"{type(self).__name__} launches the grid it was built with only")
 
 

@@ -3,7 +3,8 @@
 ``DIR/<op>/`` holds one folder per kept kernel (``k0/``, ``k1/``...: the backend's files, ``launch.json``,
 ``rprogram.json``, each built for the symbol's greatest size) and ``dispatch.json``: which kernel each size takes
 (intervals covering the whole range) and how to launch it at a size (blocks and the rows each growing tensor's
-buffer must hold), so that a launcher replays it without the model.
+buffer must hold; or, for kernels that take the size as an argument, the grid per axis and the layout every
+tensor keeps), so that a launcher replays it without the model.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     from roller.backends import for_hw
     from roller.cli.build_cmd import _move_into_place, output_staging
     from roller.cli.hw_cmd import hw_from_args
+    from roller.construction.runtime import RuntimeAxes, reduced
     from roller.shape_generic import kernel_set
 
     if args.evaluate or args.op_name:
@@ -36,17 +38,26 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
         raise InputError(f"{op.name}: one kernel cannot serve every size here ({ks}); build it at a size (write "
                          "the number in place of the symbol)", source=op.source)
     construction_s = time.perf_counter() - t
+    if isinstance(ks.axis, RuntimeAxes):
+        launch = {
+            "launch": "each kernel takes v as its int argument after the buffers; blocks(v) = the product over "
+                      "'axes' of ceil(extent / block), where an axis marked runtime has extent v; every tensor is "
+                      "held in its layout at the greatest size (each 'growing' dimension is 'greatest' long, its "
+                      "first v entries the data: zeros past them in inputs, the output's discarded)",
+            "growing": {t: {"dims": list(dims)} for t, dims in ks.axis.written}, "greatest": ks.greatest}
+    else:
+        launch = {
+            # Tensors as written: the dimension that grows and how many of its rows one unit of the symbol is.
+            "growing": {t: {"dim": d, "per_value": f} for t, dims in op.growth().items()
+                        for d, (s, f) in dims.items() if s == ks.axis.symbol and t in ks.axis.tensors},
+            "launch": "blocks(v) = ceil(v * per_value / block_rows) * other_blocks; a growing tensor's buffer holds "
+                      "rows(v) = min(ceil(ceil(v * per_value / block_rows) * block_rows / per_value), greatest) "
+                      "rows of the symbol (zeros past v in inputs; the output's rows past v are discarded)",
+            "per_value": ks.axis.per_value, "greatest": ks.greatest}
     dispatch: dict[str, Any] = {
         "op": op.name, "symbols": {s: list(r) for s, r in op.ranges.items()}, "symbol": ks.axis.symbol,
         "hw": {"name": hwd.name, "hash": hwd.content_hash()}, "backend": be.name, "roller_version": __version__,
-        "construction_s": construction_s, "candidates": ks.candidates,
-        # Tensors as written: the dimension that grows and how many of its rows one unit of the symbol is.
-        "growing": {t: {"dim": d, "per_value": f} for t, dims in op.growth().items() for d, (s, f) in dims.items()
-                    if s == ks.axis.symbol and t in ks.axis.tensors},
-        "launch": "blocks(v) = ceil(v * per_value / block_rows) * other_blocks; a growing tensor's buffer holds "
-                  "rows(v) = min(ceil(ceil(v * per_value / block_rows) * block_rows / per_value), greatest) rows "
-                  "of the symbol (zeros past v in inputs; the output's rows past v are discarded)",
-        "per_value": ks.axis.per_value, "greatest": ks.greatest,
+        "construction_s": construction_s, "candidates": ks.candidates, **launch,
         "kernels": [], "dispatch": ks.intervals(), "samples": ks.table(),
     }
     out_dir = Path(args.output)
@@ -61,9 +72,15 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
                 (sub / name).write_text(text, encoding="utf-8")
             (sub / "launch.json").write_text(json.dumps(art.launch, indent=2) + "\n", encoding="utf-8")
             (sub / "rprogram.json").write_text(json.dumps(prog.to_json(), indent=2) + "\n", encoding="utf-8")
-            lead = -(-prog.expr.axes[0].extent // prog.block_tile.shape[0])
-            dispatch["kernels"].append({"folder": f"k{i}", "main_file": art.main_file, "line": prog.line(),
-                                        "block_rows": prog.block_tile.shape[0], "other_blocks": prog.grid // lead})
+            entry: dict[str, Any] = {"folder": f"k{i}", "main_file": art.main_file, "line": prog.line()}
+            if isinstance(ks.axis, RuntimeAxes):
+                walked = reduced(prog.expr)
+                entry["axes"] = [{"name": a.name, "extent": a.extent, "block": b, "runtime": a.name in ks.axis.axes}
+                                 for a, b in zip(prog.expr.axes, prog.block_tile.shape) if a.name not in walked]
+            else:
+                lead = -(-prog.expr.axes[0].extent // prog.block_tile.shape[0])
+                entry.update(block_rows=prog.block_tile.shape[0], other_blocks=prog.grid // lead)
+            dispatch["kernels"].append(entry)
         (folder / "dispatch.json").write_text(json.dumps(dispatch, indent=2) + "\n", encoding="utf-8")
         _move_into_place(tmp, out_dir, [op.name])
     finally:

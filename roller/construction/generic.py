@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from roller.construction import construct, predict_program, prepared, row_proxy
+from roller.construction import construct, predict_program, prepared, row_proxy, runtime
 from roller.construction.matrix import MatrixSupport
+from roller.construction.runtime import RuntimeAxes, at_extents, runtime_axes
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
 from roller.ir.symbolic import SymbolicOp
@@ -168,13 +169,33 @@ def covered(prog: RProgram, ax: GenericAxis, value: int, greatest: int) -> int:
     return min(-(-rows // ax.per_value), greatest)
 
 
+def _cost_form(prog: RProgram, ax: GenericAxis | RuntimeAxes, value: int, greatest: int,
+               form: Callable[[int], TensorExpr], source: Callable[[int], TensorExpr]) -> TensorExpr:
+    """The op a kept program computes at ``value`` (its last blocks' points past it included): what the model
+    predicts."""
+    if isinstance(ax, RuntimeAxes):
+        return at_extents(prog.expr, ax, runtime.covered(prog, ax, value), source(value))
+    return form(covered(prog, ax, value, greatest))
+
+
+def _fits(prog: RProgram, ax: GenericAxis | RuntimeAxes, value: int, greatest: int) -> bool:
+    """Whether a program computes at most WASTE_CAP times the points ``value`` has."""
+    if isinstance(ax, RuntimeAxes):
+        # Along each axis: with two axes of the symbol (attention's scores), a cap on their product left only
+        # tiles of a few points for most sizes (3x3 blocks of 9 threads on an H100 from 17 to 141).
+        return all(extent <= value * WASTE_CAP for extent in runtime.covered(prog, ax, value).values())
+    return covered(prog, ax, value, greatest) <= value * WASTE_CAP
+
+
 @dataclass
 class KernelSet:
-    """The kept programs (each over the op at the greatest size: what is rendered) and how to choose."""
+    """The kept programs (each over the op at the greatest size: what is rendered) and how to choose. ``axis``
+    says how a kernel serves a smaller size: launched on a prefix of its grid (``GenericAxis``), or given the
+    size as an argument (``RuntimeAxes``, roller.construction.runtime)."""
 
     op: SymbolicOp
     hw: HardwareDesc
-    axis: GenericAxis
+    axis: GenericAxis | RuntimeAxes
     programs: list[RProgram]
     samples: tuple[int, ...]
     # predicted seconds of each kept program at each sample size (rows: programs)
@@ -187,16 +208,31 @@ class KernelSet:
     def greatest(self) -> int:
         return self.op.ranges[self.axis.symbol][1]
 
+    @property
+    def scalar_args(self) -> bool:
+        """Whether the kernels take the symbol's value as an argument (runtime extents)."""
+        return isinstance(self.axis, RuntimeAxes)
+
+    def scalars(self, value: int) -> tuple[int, ...]:
+        """The kernels' int arguments at ``value``."""
+        return (value,) if self.scalar_args else ()
+
+    def source(self, value: int) -> TensorExpr:
+        return self.op.instantiate({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
+
     def form(self, value: int) -> TensorExpr:
         if value not in self._forms:
-            src = self.op.instantiate({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
-            self._forms[value] = at_size(self.programs[0].expr, self.axis, value, src)
+            top = self.programs[0].expr
+            ax = self.axis
+            self._forms[value] = at_extents(top, ax, {a: value for a in ax.axes}, self.source(value)) \
+                if isinstance(ax, RuntimeAxes) else at_size(top, ax, value, self.source(value))
         return self._forms[value]
 
     def predict(self, index: int, value: int) -> float:
-        """Predicted seconds of kept program ``index`` at size ``value`` (the size its blocks cover)."""
-        size = covered(self.programs[index], self.axis, value, self.greatest)
-        pred = predict_program(retarget(self.programs[index], self.form(size)), self.hw)
+        """Predicted seconds of kept program ``index`` at size ``value`` (the points its blocks cover)."""
+        prog = self.programs[index]
+        expr = _cost_form(prog, self.axis, value, self.greatest, self.form, self.source)
+        pred = predict_program(retarget(prog, expr), self.hw)
         return pred.time_s if pred is not None else math.inf
 
     def choose(self, value: int) -> int:
@@ -204,21 +240,30 @@ class KernelSet:
         a repeated size costs a lookup)."""
         if value not in self._choice:
             self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
-            rows = [covered(p, self.axis, value, self.greatest) for p in self.programs]
-            fit = [i for i in range(len(rows)) if rows[i] <= value * WASTE_CAP] or \
-                [min(range(len(rows)), key=lambda i: (rows[i], i))]
+            fit = [i for i, p in enumerate(self.programs) if _fits(p, self.axis, value, self.greatest)] or \
+                [min(range(len(self.programs)), key=lambda i: (self._waste(i, value), i))]
             self._choice[value] = min(fit, key=lambda i: (self.predict(i, value), i))
         return self._choice[value]
+
+    def _waste(self, index: int, value: int) -> float:
+        prog = self.programs[index]
+        if isinstance(self.axis, RuntimeAxes):
+            return runtime.waste(prog, self.axis, value)
+        return covered(prog, self.axis, value, self.greatest) / value
 
     def blocks(self, index: int, value: int) -> int:
         """Blocks to launch for ``value``: those covering its rows, times the other axes' blocks."""
         prog = self.programs[index]
+        if isinstance(self.axis, RuntimeAxes):
+            return runtime.blocks(prog, self.axis, value)
         lead = -(-prog.expr.axes[0].extent // prog.block_tile.shape[0])
         return prog.grid // lead * -(-value * self.axis.per_value // prog.block_tile.shape[0])
 
     def rows(self, index: int, value: int) -> int:
         """Leading rows every growing tensor's buffer must hold at ``value``: the last launched block's points
         past ``value`` read and write rows up to there."""
+        if isinstance(self.axis, RuntimeAxes):
+            return runtime.rows(self.programs[index], self.axis, value)
         return covered(self.programs[index], self.axis, value, self.greatest)
 
     def intervals(self, every_up_to: int = 4096) -> list[dict[str, int]]:
@@ -249,38 +294,47 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
                       max_kernels: int = MAX_KERNELS) -> KernelSet | str:
     """The kept programs of ``op``'s shape-generic kernel set on ``hw``, or why one kernel cannot serve every
     size (the caller then builds per size)."""
-    ax = generic_axis(op, hw)
+    leading = generic_axis(op, hw)
+    ax: GenericAxis | RuntimeAxes | str = leading if not isinstance(leading, str) else runtime_axes(op, hw)
     if isinstance(ax, str):
-        return ax
+        return f"{leading}; with the size as a kernel argument: {ax}"
     lo, hi = op.ranges[ax.symbol]
     base = {s: r[1] for s, r in op.ranges.items()}
     top = prepared(op.instantiate(base), hw)
     forms: dict[int, TensorExpr] = {hi: top}
+    sources: dict[int, TensorExpr] = {}
+
+    def source(v: int) -> TensorExpr:
+        if v not in sources:
+            sources[v] = op.instantiate({**base, ax.symbol: v})
+        return sources[v]
 
     def form(v: int) -> TensorExpr:
         if v not in forms:
-            forms[v] = at_size(top, ax, v, op.instantiate({**base, ax.symbol: v}))
+            forms[v] = at_extents(top, ax, {a: v for a in ax.axes}, source(v)) if isinstance(ax, RuntimeAxes) \
+                else at_size(top, ax, v, source(v))
         return forms[v]
 
+    extra = ax.runtime if isinstance(ax, RuntimeAxes) else ()
     pool: dict[tuple, RProgram] = {}
     for v in representative_sizes(lo, hi):
         # Matrix-instruction and split-reduction programs decode their blocks differently: not offered here.
         progs = [p for p in construct(form(v), hw, top_k=PER_SIZE * 2, matrix=matrix)
                  if not p.use_matrix and p.reduce_threads == 1][:PER_SIZE]
         for p in progs:
-            pool.setdefault(p.key(), retarget(p, top))
+            pool.setdefault(p.key(), dataclasses.replace(retarget(p, top), runtime=extra))
     cands = list(pool.values())
     samples = sample_sizes(lo, hi)
     times = []
     for c in cands:
         row = []
         for v in samples:
-            pred = predict_program(retarget(c, form(covered(c, ax, v, hi))), hw)
+            pred = predict_program(retarget(c, _cost_form(c, ax, v, hi, form, source)), hw)
             row.append(pred.time_s if pred is not None else math.inf)
         times.append(row)
-    # A program may serve a sample only where it computes at most WASTE_CAP times its rows, and must come within
-    # COVER_SLACK of the best such candidate's prediction.
-    fits = [[covered(c, ax, v, hi) <= v * WASTE_CAP for v in samples] for c in cands]
+    # A program may serve a sample only where it computes at most WASTE_CAP times its points, and must come
+    # within COVER_SLACK of the best such candidate's prediction.
+    fits = [[_fits(c, ax, v, hi) for v in samples] for c in cands]
     best = [min((times[i][j] for i in range(len(cands)) if fits[i][j]), default=math.inf)
             for j in range(len(samples))]
 

@@ -36,7 +36,19 @@ def launch_json(prog: RProgram, plan: KernelPlan, backend: str) -> dict[str, Any
         + [{"name": expr.output.name, "role": "output", "shape": list(expr.output.storage_shape),
             "dtype": expr.output.dtype}],
         "rprogram": prog.line(),
+        # int arguments after the buffers, with the value the grid above is for (RProgram.runtime: the symbol's
+        # value; a launch at another value takes another grid, roller.construction.runtime)
+        "scalars": [{"name": name, "type": "int", "value": runtime_value(prog)} for name in plan.scalars],
     }
+
+
+def runtime_value(prog: RProgram) -> int:
+    """The symbol's value ``prog.expr`` is at, for a program with runtime extents (each such axis runs to
+    factor times it)."""
+    values = {prog.expr.axis(a).extent // f for a, f in prog.runtime}
+    if len(values) != 1 or any(prog.expr.axis(a).extent % f for a, f in prog.runtime):
+        raise ValueError(f"{prog.expr.name}: runtime axes {prog.runtime} disagree on the symbol's value")
+    return values.pop()
 
 
 def padded_inputs(launch: dict[str, Any], inputs: list[Any]) -> list[Any]:

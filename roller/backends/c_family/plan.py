@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from roller.errors import InputError
 from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, map_reads
-from roller.ir.tensor_expr import TensorDecl, TensorExpr
+from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
 from roller.ir.vector import VECTOR_WIDTHS, reduction_vector, vector_width
 from roller.program import RProgram
 
@@ -102,6 +102,11 @@ class AxisPlan:
     bdiv: int  # decode divisor in the block id (spatial) or reduction-tile index (reduce)
     tdiv: int  # decode divisor in the thread id (spatial) or step point (reduce)
     jdiv: int  # decode divisor in the register-tile point index (spatial)
+    # an axis whose extent is a kernel argument (RProgram.runtime): C expressions of its extent and block
+    # count, and of the decode divisor of any axis outside such an axis; "" where the constant holds
+    extent_c: str = ""
+    blocks_c: str = ""
+    bdiv_c: str = ""
 
 
 @dataclass
@@ -160,7 +165,7 @@ class RowVecPlan:
     width: int
     vtype: str
     axis: str
-    extent: int
+    extent: int | str  # a C expression where the axis's extent is a kernel argument
     stage_bodies: list[str]  # vector C expression of each stage's body
     vcombine: list[str]  # vector fold of each stage
     body: str  # the last walk's vector expression
@@ -177,10 +182,10 @@ class ReduceVecPlan:
     width: int
     vtype: str
     axis: str
-    extent: int
+    extent: int | str
     body: str
     vcombine: str
-    outer_loops: list[tuple[str, int, int]]
+    outer_loops: list[tuple[str, int | str, int]]
     guard: str
 
 
@@ -211,8 +216,9 @@ class KernelPlan:
     blocked: bool = False  # threads own contiguous runs (CPU SIMD within a thread) instead of strided ones
     reduce_points: int = 1  # unstaged reductions: every point of the reduction, walked by each thread
     reduce_decode: list[tuple[str, int, int]] = field(default_factory=list)  # (axis, divisor, extent)
-    # unstaged reductions as nested loops, outermost first: (axis, extent, unroll: 0 none, -1 full, else N)
-    reduce_loops: list[tuple[str, int, int]] = field(default_factory=list)
+    # unstaged reductions as nested loops, outermost first: (axis, extent, unroll: 0 none, -1 full, else N); the
+    # extent is a C expression where it is a kernel argument
+    reduce_loops: list[tuple[str, int | str, int]] = field(default_factory=list)
     vec: VecPlan | None = None
     notes: list[str] = field(default_factory=list)
     vcombine: str = ""  # combine over vectors (the vector path's accumulators)
@@ -223,6 +229,14 @@ class KernelPlan:
     stages: list[StagePlan] = field(default_factory=list)
     row_vec: RowVecPlan | None = None
     rvec: ReduceVecPlan | None = None
+    # extents given at launch (RProgram.runtime): (axis, factor) of each axis that runs to factor * RUNTIME_ARG
+    runtime: list[tuple[str, int]] = field(default_factory=list)
+    n_rtiles_c: str = ""  # the staged reduction's tile count where a reduced axis's extent is an argument
+
+    @property
+    def scalars(self) -> list[str]:
+        """The kernel's scalar (int) parameters, after its pointers."""
+        return [RUNTIME_ARG] if self.runtime else []
 
 
 def _c_float(v: float, d: Dialect) -> str:
@@ -237,6 +251,25 @@ def _c_float(v: float, d: Dialect) -> str:
 
 
 INT32_MAX = 2**31 - 1
+#: the kernel parameter that carries the symbol's value to a kernel with runtime extents (RProgram.runtime)
+RUNTIME_ARG = "rl_n"
+
+
+def _runtime_axes(axes: list[AxisPlan], runtime: dict[str, int]) -> None:
+    """Give the axes whose extent is a kernel argument their C expressions (extent, block count), and every
+    axis outside one of them its decode divisor as an expression (the product of the inner axes' block
+    counts, some known only at launch). ``axes`` are in decode order, the last varying fastest."""
+    const = 1
+    inner: list[str] = []
+    for ax in reversed(axes):
+        if inner:
+            ax.bdiv_c = " * ".join(inner + ([str(const)] if const != 1 else []))
+        if ax.name in runtime:
+            ax.extent_c = f"rl_e_{ax.name}"
+            ax.blocks_c = f"rl_nb_{ax.name}"
+            inner.append(ax.blocks_c)
+        else:
+            const *= ax.blocks
 
 
 def reach(a: Affine, ranges: dict[str, int]) -> int:
@@ -358,6 +391,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         ax.bdiv, ax.tdiv = div_r, div_k
         div_r *= ax.blocks
         div_k *= ax.block
+    runtime = dict(prog.runtime)
+    _runtime_axes(spatial, runtime)
+    _runtime_axes(reduce, runtime)
 
     block_shape = {a.name: b_tile[i] for i, a in enumerate(expr.axes)}
     # The largest value each axis variable takes: tiles run past an axis's end (those points are clamped or
@@ -444,8 +480,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
     init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
     combine = combine_stmt(expr.reduce_op, d)
-    guard = " && ".join(f"rl_s_{ax.name} + rl_l_{ax.name} < {ax.extent}" for ax in reduce
-                        if ax.extent % ax.block) or ""
+    guard = " && ".join(f"rl_s_{ax.name} + rl_l_{ax.name} < {ax.extent_c or ax.extent}" for ax in reduce
+                        if ax.extent_c or ax.extent % ax.block) or ""
     params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
              [(expr.output.name, d.ctype[expr.output.dtype], True)]
     red_div = 1
@@ -455,13 +491,15 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         red_div *= ax.extent
     out.ranges = ranges
     cpu_vectors = blocked and not staged and d.vector_loads
-    rvec = _reduce_vec_plan(expr, spatial, inputs, d) if cpu_vectors else None
+    rvec = _reduce_vec_plan(expr, spatial, reduce, inputs, d) if cpu_vectors else None
     vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if cpu_vectors and rvec is None else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode, reduce_loops=reduce_loops(reduce),
         spatial=spatial, reduce=reduce, inputs=inputs, output=out, staged=staged,
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
+        n_rtiles_c=" * ".join(ax.blocks_c or str(ax.blocks) for ax in reduce) if any(ax.blocks_c for ax in reduce)
+        else "", runtime=list(prog.runtime),
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
         reduce_op=expr.reduce_op, acc_init=init, combine=combine,
@@ -471,7 +509,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         blocked=blocked, vec=vec, rvec=rvec)
 
 
-def _reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
+def _reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], reduce: list[AxisPlan], inputs: list[TensorPlan],
                      d: Dialect) -> ReduceVecPlan | None:
     """The vector walk along the innermost reduction axis, where roller.ir.vector.reduction_vector picks it."""
     form = reduction_vector(expr)
@@ -480,15 +518,18 @@ def _reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[Ten
     axis, width = form
     vtype = f"{d.ctype[expr.acc_dtype]}{width}"
     extent = expr.axis(axis).extent
+    loop_extent = {ax.name: ax.extent_c or ax.extent for ax in reduce}
     reads = {(tp.name, idx): _vector_read(tp, idx, axis, extent, width, vtype, expr.pad_value, d, {})
              for tp in inputs for idx in expr.accesses(tp.name)}
     body = render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype,
                        lambda a: f"(({vtype})((float){var_global(a)}) + ({vtype})"
                                  f"({', '.join(f'{k}.0f' for k in range(width))}))" if a == axis
                        else f"(({vtype})((float){var_global(a)}))")
-    outer = [(a.name, a.extent, 0) for a in expr.reduce_axes if a.name != axis]
+    outer: list[tuple[str, int | str, int]] = [(a.name, loop_extent[a.name], 0) for a in expr.reduce_axes
+                                               if a.name != axis]
     guard = " && ".join(f"{var_global(ax.name)} < {ax.extent}" for ax in spatial if ax.extent % ax.block)
-    return ReduceVecPlan(width, vtype, axis, extent, body, combine_stmt(expr.reduce_op, d, True), outer, guard)
+    return ReduceVecPlan(width, vtype, axis, loop_extent[axis], body, combine_stmt(expr.reduce_op, d, True), outer,
+                         guard)
 
 
 def hoist_divisor(expr: TensorExpr) -> TensorExpr:
@@ -532,6 +573,12 @@ def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPl
     spatial = [AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i], -(-a.extent // b_tile[i]),
                         0, 0, 0) for i, a in enumerate(expr.axes) if a.name in rows]
     _decode(spatial)
+    runtime = dict(prog.runtime)
+    _runtime_axes(spatial, runtime)
+
+    def col_extent(a: Axis) -> int | str:
+        return f"rl_e_{a.name}" if a.name in runtime else a.extent
+
     # Rows are tested against their extents before any read, and columns run exactly their extents.
     exact = {a.name: a.extent - 1 for a in expr.axes}
     plans = []
@@ -570,7 +617,7 @@ def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPl
         contiguous = _flat_coef(expr.out_index, out.strides, col.name) == 1
         offset = " + ".join(f"({_affine_c(i, var_global)}) * {st}" if st != 1 else f"({_affine_c(i, var_global)})"
                             for i, st in zip(expr.out_index, out.strides)) if contiguous else ""
-        row_vec = RowVecPlan(width, vtype, col.name, col.extent,
+        row_vec = RowVecPlan(width, vtype, col.name, col_extent(col),
                              [render_body(st.body, d, vread, vtype) for st in expr.stages],
                              [combine_stmt(st.reduce_op, d, True) for st in expr.stages],
                              render_body(expr.body, d, vread, vtype), offset)
@@ -582,15 +629,17 @@ def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPl
         out_index=[_affine_c(i, var_global) for i in expr.out_index], pad_value=_c_float(expr.pad_value, d),
         reduce_guard="", smem_bytes=0, params=[(t.name, d.ctype[t.dtype], False) for t in expr.inputs] +
         [(expr.output.name, d.ctype[expr.output.dtype], True)], blocked=not scratchpad,
-        reduce_loops=_unrolled([(a.name, a.extent, 0) for a in cols]), stages=stages, row_vec=row_vec)
+        reduce_loops=_unrolled([(a.name, col_extent(a), 0) for a in cols]), stages=stages, row_vec=row_vec,
+        runtime=list(prog.runtime))
 
 
-def _unrolled(loops: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+def _unrolled(loops: list[tuple[str, int | str, int]]) -> list[tuple[str, int | str, int]]:
     """``loops`` with the innermost unrolled as an unstaged reduction's is (whole when short, else by
-    UNROLL_STEP): left to itself, nvcc unrolled a 100-column layer norm into 128 registers."""
+    UNROLL_STEP; an extent known only at launch by UNROLL_STEP): left to itself, nvcc unrolled a 100-column
+    layer norm into 128 registers."""
     if loops:
         name, ext, _ = loops[-1]
-        loops[-1] = (name, ext, -1 if ext <= UNROLL_WHOLE else UNROLL_STEP)
+        loops[-1] = (name, ext, -1 if isinstance(ext, int) and ext <= UNROLL_WHOLE else UNROLL_STEP)
     return loops
 
 
@@ -600,12 +649,12 @@ UNROLL_WHOLE = 8
 UNROLL_STEP = 8
 
 
-def reduce_loops(reduce: list[AxisPlan]) -> list[tuple[str, int, int]]:
+def reduce_loops(reduce: list[AxisPlan]) -> list[tuple[str, int | str, int]]:
     """The loop nest that walks an unstaged reduction, one loop per reduction axis, outermost first. Nested
     loops with constant trip counts, not one flat loop that decodes each point: the compiler then moves each
     address's outer terms out of the inner loops (a 3x3 convolution on PoCL: 200 GFLOP/s nested, 92-135 flat
     with the same tile)."""
-    return _unrolled([(ax.name, ax.extent, 0) for ax in reduce])
+    return _unrolled([(ax.name, ax.extent_c or ax.extent, 0) for ax in reduce])
 
 
 def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],

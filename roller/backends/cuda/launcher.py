@@ -57,6 +57,7 @@ class CudaRunner(Runner):
         self.block = tuple(launch["block"])
         self.dyn = int(launch.get("dynamic_shared_bytes", 0))
         self.args = launch["arguments"]
+        self.scalars = tuple(np.int32(a["value"]) for a in launch.get("scalars", []))
         self.target = device_target()
         folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="roller-cuda-"))
         try:
@@ -98,12 +99,14 @@ class CudaRunner(Runner):
         return self.cp.empty(tuple(spec["shape"]), dtype=dtype(spec["dtype"]).storage)
 
     def launch(self, buffers: list[Any]) -> None:
-        self.kernel(self.grid, self.block, tuple(buffers), shared_mem=self.dyn)
+        self.kernel(self.grid, self.block, (*buffers, *self.scalars), shared_mem=self.dyn)
 
-    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> CudaRunner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]], scalars: Sequence[int] = ()) -> CudaRunner:
         runner = copy.copy(self)
         runner.grid = (blocks, 1, 1)
         runner.args = [{**spec, "shape": list(shape)} for spec, shape in zip(self.args, shapes)]
+        if scalars:
+            runner.scalars = tuple(np.int32(v) for v in scalars)
         return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:

@@ -133,6 +133,7 @@ class CLRunner(Runner):
         self.global_size = (launch["global_size"][0],)
         self.local_size = (launch["block"][0],)
         self.args = launch["arguments"]
+        self.scalars = tuple(np.int32(a["value"]) for a in launch.get("scalars", []))
 
     def info(self) -> dict[str, Any]:
         cl = import_opencl()
@@ -156,15 +157,20 @@ class CLRunner(Runner):
         return bufs, obuf, host
 
     def _launch(self, bufs: list[Any], obuf: Any) -> Any:
-        return self.kernel(self.queue, self.global_size, self.local_size, *bufs, obuf)
+        return self.kernel(self.queue, self.global_size, self.local_size, *bufs, obuf, *self.scalars)
 
     def launch(self, buffers: list[Any]) -> Any:
-        return self.kernel(self.queue, self.global_size, self.local_size, *buffers)
+        return self.kernel(self.queue, self.global_size, self.local_size, *buffers, *self.scalars)
 
-    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> CLRunner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]], scalars: Sequence[int] = ()) -> CLRunner:
         runner = copy.copy(self)
         runner.global_size = (blocks * self.local_size[0],)
         runner.args = [_sized(spec, shape) for spec, shape in zip(self.args, shapes)]
+        if scalars:
+            if len(scalars) != len(self.scalars):
+                raise ValueError(f"{self.art.kernel_name} takes {len(self.scalars)} scalar arguments, "
+                                 f"got {len(scalars)}")
+            runner.scalars = tuple(np.int32(v) for v in scalars)
         return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:

@@ -14,6 +14,7 @@ written; this path is untested here (the compile checks and the CPU emulation ar
 from __future__ import annotations
 
 import copy
+import ctypes
 import statistics
 import subprocess
 import tempfile
@@ -113,6 +114,7 @@ class HipRunner(Runner):
         self.grid = tuple(art.launch["grid"])
         self.block = tuple(art.launch["block"])
         self.args = art.launch["arguments"]
+        self.scalars = tuple(np.int32(a["value"]) for a in art.launch.get("scalars", []))
 
     def _device(self, inputs: list[np.ndarray]) -> tuple[list[Any], Any, np.ndarray]:
         hip = _hip()
@@ -130,17 +132,20 @@ class HipRunner(Runner):
     def _launch(self, bufs: list[Any], dev_out: Any) -> None:
         hip = _hip()
         _check(hip.hipModuleLaunchKernel(self.function, *self.grid, *self.block, sharedMemBytes=0, stream=None,
-                                         kernelParams=None, extra=(*bufs, dev_out)))
+                                         kernelParams=None,
+                                         extra=(*bufs, dev_out, *(ctypes.c_int(int(v)) for v in self.scalars))))
 
     def _free(self, bufs: list[Any], dev_out: Any) -> None:
         hip = _hip()
         for b in (*bufs, dev_out):
             _check(hip.hipFree(b))
 
-    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]]) -> HipRunner:
+    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]], scalars: Sequence[int] = ()) -> HipRunner:
         runner = copy.copy(self)
         runner.grid = (blocks, 1, 1)
         runner.args = [{**spec, "shape": list(shape)} for spec, shape in zip(self.args, shapes)]
+        if scalars:
+            runner.scalars = tuple(np.int32(v) for v in scalars)
         return runner
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
