@@ -40,6 +40,16 @@ OPS: list[tuple[str, dict[str, Any], tuple[int, ...]]] = [
                                         "symbols": {"s": [1, 512]}}, SEQ),
     ("bert ffn down [s,3072]x[3072,768]", {"op": "matmul", "M": "s", "N": 768, "K": 3072,
                                            "symbols": {"s": [1, 512]}}, SEQ),
+    # attention's inner operators: the length is an inner or reduced axis (kernels take it as an argument)
+    ("bert scores [s,12,64]x[12,64,s]", {"expr": "Y[h,q,k] += Q[q,h,d] * K[h,d,k]",
+                                         "shapes": {"Q": ["s", 12, 64], "K": [12, 64, "s"]},
+                                         "symbols": {"s": [1, 512]}}, SEQ),
+    ("bert softmax [12,s,s]", {"expr": "M[h,q] max= X[h,q,k]; S[h,q] += exp(X[h,q,k] - M[h,q]); "
+                                       "Y[h,q,k] = exp(X[h,q,k] - M[h,q]) / S[h,q]",
+                               "shapes": {"X": [12, "s", "s"]}, "symbols": {"s": [1, 512]}}, SEQ),
+    ("bert context [12,s,s]x[s,12,64]", {"expr": "Y[q,h,d] += P[h,q,k] * V[k,h,d]",
+                                         "shapes": {"P": [12, "s", "s"], "V": ["s", 12, 64]},
+                                         "symbols": {"s": [1, 512]}}, SEQ),
     ("resnet18 fc [n,512]x[512,1000]", {"op": "matmul", "M": "n", "N": 1000, "K": 512,
                                         "symbols": {"n": [1, 64]}}, BATCH),
     ("resnet18 conv 3x3 256->256 @14", {"op": "conv2d", "N": "n", "C": 256, "H": 14, "W": 14, "F": 256, "KH": 3,
@@ -48,7 +58,15 @@ OPS: list[tuple[str, dict[str, Any], tuple[int, ...]]] = [
 
 
 def _with(doc: dict[str, Any], sym: str, v: int) -> dict[str, Any]:
-    return {k: (v if val == sym else val) for k, val in doc.items() if k != "symbols"}
+    """``doc`` with the size ``v`` written in place of ``sym`` (in shapes too)."""
+    def sub(val: Any) -> Any:
+        if isinstance(val, dict):
+            return {k: sub(x) for k, x in val.items()}
+        if isinstance(val, list):
+            return [sub(x) for x in val]
+        return v if val == sym else val
+
+    return {k: sub(val) for k, val in doc.items() if k != "symbols"}
 
 
 def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, rounds: int,

@@ -1,11 +1,12 @@
 """Models whose inputs leave sizes open (an ONNX ``dim_param`` such as ``batch`` or ``sequence``, or an unknown
 dimension): ``roller.compile_model`` returns a ``DynamicModel``, which runs at every size.
 
-With one open size and every operator shape-generic in it (``roller.generic_model``: a batch through a CNN),
-the model is built once and a run at a new size compiles nothing (``mode == "generic"``). Otherwise
-(``mode == "per-size"``, ``why`` says why: attention reads a sequence length along its scores' inner axis) each
-distinct set of sizes is imported, fused, planned and built on its first run, and kept, the kernels coming from
-the kernel cache where an operator was built before.
+With one open size and every operator shape-generic in it (``roller.generic_model``: a batch through a CNN, a
+sequence length through a BERT layer), the model is built once and a run at a new size compiles nothing
+(``mode == "generic"``; "mixed" where some operators are built at each size's first run). Otherwise
+(``mode == "per-size"``, ``why`` says why: two open sizes, say) each distinct set of sizes is imported, fused,
+planned and built on its first run, and kept, the kernels coming from the kernel cache where an operator was
+built before.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import roller.hw as H
@@ -124,3 +125,31 @@ def test_a_wrong_result_layout_is_caught(tmp_path: Path) -> None:
                    art.launch, main_file=art.main_file)
     with pytest.raises(CheckError):
         check(op, bad, tmp_path)
+
+
+def test_kernels_with_runtime_extents_run_right_below_the_greatest_size(tmp_path: Path) -> None:
+    """HIP kernels that take the sequence length as an argument (attention's scores and context), built for
+    512 and run at 1, 17 and 100 on the blocks covering them, NaN in the layout's padding."""
+    import roller
+
+    rng = np.random.default_rng(5)
+    for doc in ({"name": "scores", "expr": "Y[q,k] += Q[q,d] * K[d,k]", "shapes": {"Q": ["s", 32], "K": [32, "s"]},
+                 "symbols": {"s": [1, 512]}},
+                {"name": "context", "expr": "Y[q,d] += P[q,k] * V[k,d]", "shapes": {"P": ["s", "s"], "V": ["s", 32]},
+                 "symbols": {"s": [1, 512]}}):
+        k = roller.compile(doc, hw="mi100")
+        assert k.mode == "generic" and k.kernels.scalar_args, k.why
+        for n in (1, 17, 100):
+            i = k.kernels.choose(n)
+            big = k.kernels.source(512)
+            small = k.op.instantiate({"s": n})
+            x = {t.name: rng.standard_normal(t.storage_shape).astype(np.float32) for t in small.inputs}
+            padded = []
+            for t in big.inputs:
+                a = np.full(t.storage_shape, np.nan, np.float32)
+                a[tuple(slice(0, d) for d in x[t.name].shape)] = x[t.name]
+                padded.append(a)
+            y = emulate.run(k.artifacts[i], padded, tmp_path / f"{doc['name']}{n}", grid=k.kernels.blocks(i, n),
+                        scalars=k.kernels.scalars(n))
+            got = y.reshape(big.output.storage_shape)[tuple(slice(0, d) for d in small.output.storage_shape)]
+            check_against(f"{doc['name']} at s={n}: {k.artifacts[i].launch['rprogram']}", small, x, got)

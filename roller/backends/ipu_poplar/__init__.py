@@ -40,6 +40,10 @@ class PoplarBackend(Backend):
             raise InputError(f"{prog.expr.name}: the poplar backend does not render row kernels (an op with "
                              "per-row stages, such as a one-kernel softmax); write the stages as separate ops",
                              field="expr")
+        if prog.runtime:
+            # A Poplar graph maps every vertex to a tile when it is built: its extents are those of its build.
+            raise InputError(f"{prog.expr.name}: the poplar backend builds for one size; this program takes "
+                             f"{', '.join(a for a, _ in prog.runtime)} as kernel arguments", field="runtime_axes")
         gp = plan(prog, hw)
         files = render_all(gp, prog.expr)
         expr = prog.expr

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +35,11 @@ def compiler() -> str:
     raise ToolchainError("clang++ not found: apt-get install clang-15 (hipcc depends on it)")
 
 
-def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, timeout: float = 600) -> np.ndarray:
-    """The kernel's output for ``inputs`` (launch.json order), computed on CPU threads."""
+def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, timeout: float = 600,
+        grid: int | None = None, scalars: Sequence[int] | None = None) -> np.ndarray:
+    """The kernel's output for ``inputs`` (launch.json order), computed on CPU threads; on launch.json's grid
+    and with its scalar arguments' values, or on ``grid`` blocks with ``scalars`` (a kernel with runtime
+    extents at another size)."""
     folder = Path(workdir or tempfile.mkdtemp(prefix="roller-hip-emu-"))
     folder.mkdir(parents=True, exist_ok=True)
     launch = art.launch
@@ -48,7 +52,9 @@ def run(art: Artifact, inputs: list[np.ndarray], workdir: Path | None = None, ti
 
     block = int(launch["block"][0])
     harness = environment(TEMPLATES).get_template("harness.cpp.j2").render(
-        name=art.kernel_name, kernel_file=kernel.name, grid=int(launch["grid"][0]), block=block,
+        name=art.kernel_name, kernel_file=kernel.name, grid=int(launch["grid"][0]) if grid is None else grid,
+        block=block, scalars=[int(a["value"]) for a in launch.get("scalars", [])] if scalars is None else
+        [int(v) for v in scalars],
         waves=-(-block // int(launch.get("wavefront_size") or 64)),
         inputs=[spec(a) for a in args[:-1]], output=spec(args[-1]))
     main = folder / "harness.cpp"
