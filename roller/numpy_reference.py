@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,9 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
         bound = bind_inputs(expr, (), inputs)
     else:
         bound = bind_inputs(expr, inputs)
+    plain = _plain_output(expr)
+    if plain is not None:
+        return _scatter(expr, reference(plain, bound))
     data = {k: np.asarray(v, dtype=np.float64) for k, v in bound.items()}
     if expr.stages:
         ref, _ = _rows_bound(expr, data, 0.0)
@@ -74,6 +77,28 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
         with np.errstate(all="ignore"):
             out = _eval(expr.epilogue, _output_grids(expr), {**data, expr.output.name: out}, expr.pad_value)
     return np.asarray(np.broadcast_to(out, expr.output.shape), dtype=np_dtype(expr.output.dtype))
+
+
+def _plain_output(expr: TensorExpr) -> TensorExpr | None:
+    """Where the output index is not its spatial axes alone (a layout blocked along an axis writes
+    ``Y[m, 16*n_o + n_i]``): the same op writing a tensor indexed by the spatial axes in order, whose values
+    ``_scatter`` places. None where the index is plain."""
+    if all(i.plain_axis() is not None for i in expr.out_index):
+        return None
+    index = tuple(Affine.axis(a.name) for a in expr.spatial_axes)
+    out = replace(expr.output, shape=tuple(a.extent for a in expr.spatial_axes), view=None, orig_shape=None)
+    return replace(expr.remap_reads(lambda r: r, index), output=out, source=None)
+
+
+def _scatter(expr: TensorExpr, values: np.ndarray) -> np.ndarray:
+    """``values`` over ``expr``'s spatial axes placed at its output index."""
+    spatial = expr.spatial_axes
+    grids = {a.name: np.arange(a.extent).reshape([-1 if i == j else 1 for j in range(len(spatial))])
+             for i, a in enumerate(spatial)}
+    where = tuple(np.broadcast_to(_index(i, grids), values.shape) for i in expr.out_index)
+    out = np.zeros(expr.output.shape, dtype=values.dtype)
+    out[where] = values
+    return out
 
 
 def _rows_bound(expr: TensorExpr, data: dict[str, np.ndarray], u: float) -> tuple[np.ndarray, np.ndarray]:
@@ -352,6 +377,10 @@ def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -
     expr = load_op(op)
     expr = expr.source or expr
     bound_in = bind_inputs(expr, (), inputs) if isinstance(inputs, Mapping) else bind_inputs(expr, inputs)
+    plain = _plain_output(expr)
+    if plain is not None:
+        b = bound(plain, bound_in)
+        return replace(b, ref=_scatter(expr, b.ref), bound=_scatter(expr, b.bound), magnitude=_scatter(expr, b.magnitude))
     data = {k: np.asarray(v, dtype=np.float64) for k, v in bound_in.items()}
     u = UNIT_ROUNDOFF.get(expr.acc_dtype, UNIT_ROUNDOFF["float32"])
     out_u = UNIT_ROUNDOFF[expr.output.dtype]

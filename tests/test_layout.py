@@ -47,10 +47,30 @@ def test_matmul_weights_pack_only_when_stored_transposed() -> None:
     assert v.perm == (1, 0) and v.expr.tensor("B").shape == (32, 64)
 
 
+def test_blocked_variants_split_the_vector_axis_and_keep_the_statement() -> None:
+    """B[k, n] blocked by 16 is B[n / 16, k, n % 16]: each thread's weights for its whole reduction one run;
+    the blocked op computes what the plain one does on the blocked weights."""
+    from roller.numpy_reference import reference
+
+    plain = load_op({"name": "m", "op": "matmul", "M": 8, "N": 64, "K": 32})
+    [v] = [v for v in packed_variants(plain, ["B"], block=16) if v.block]
+    assert (v.axis, v.perm, v.split) == ("n_i", (1, 0, 2), 1)
+    assert v.expr.tensor("B").shape == (4, 32, 16) and v.expr.output.shape == (8, 64)
+    assert [a.name for a in v.expr.spatial_axes] == ["m", "n_o", "n_i"]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((8, 32)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32)
+    np.testing.assert_allclose(reference(v.expr, {"A": a, "B": v.apply(b)}), a @ b, rtol=1e-5, atol=1e-5)
+    # an axis that is not a multiple of the block, or shorter than two blocks, is not blocked
+    assert not [v for v in packed_variants(load_op({"name": "m", "op": "matmul", "M": 8, "N": 24, "K": 32}), ["B"],
+                                           block=16) if v.block]
+
+
 def test_model_picks_the_packed_layout_where_the_width_is_a_poor_vector_axis() -> None:
     small = load_op(conv(320, 1280, 7, k=1))
     picked = choose_layout(small, CPU, ["W"])
-    assert picked is not None and picked.axis == "f"
+    # output channels as the vector axis, the weights blocked by a cache line's 16 floats
+    assert picked is not None and (picked.axis, picked.block) == ("f_i", 16)
+    assert picked.expr.tensor("W").shape == (80, 320, 1, 1, 16)
     # GPU descriptions keep the layout they were given (the vector axis is a CPU kernel's).
     assert choose_layout(small, H.load("v100"), ["W"]) is None
 
@@ -80,14 +100,22 @@ def _conv_model(shared: bool):
 def test_packing_rewrites_each_reader_and_drops_the_unread_original() -> None:
     g = import_model(_conv_model(shared=True))
     before = {k: v.copy() for k, v in g.constants.items()}
-    changed = pack_constants(g, lambda expr, consts: choose_layout(expr, CPU, consts))
+    chosen = {}
+
+    def choose(expr, consts):  # type: ignore[no-untyped-def]
+        layout = choose_layout(expr, CPU, consts)
+        if layout is not None:
+            chosen[layout.tag] = layout
+        return layout
+
+    changed = pack_constants(g, choose)
     assert changed == 3
     g.check()
     assert not set(before) & set(g.constants)    # every reader packed: no unpacked copy stays
     for node in [n for n in g.op_nodes if n.expr.kind == "conv2d"]:
         [w] = [v for t, v in zip(node.expr.inputs, node.inputs) if t.name == "W"]
-        original = before[w.split(".packed")[0]]
-        np.testing.assert_array_equal(g.constants[w], np.transpose(original, (1, 2, 3, 0)))
+        original, tag = before[w.split(".packed")[0]], w.split(".packed")[1].rsplit(".", 1)[0]
+        np.testing.assert_array_equal(g.constants[w], chosen[tag].apply(original))
     # Nothing asked for: nothing changes.
     g2 = import_model(_conv_model(shared=False))
     assert pack_constants(g2, lambda expr, consts: None) == 0
@@ -100,7 +128,7 @@ def test_models_with_packed_weights_match_onnxruntime(shared: bool) -> None:
     model = _conv_model(shared)
     m = roller.compile_model(model.SerializeToString(), hw="pocl-cpu", cache=False)
     assert any(".packed" in k for k in m.graph.constants)
-    assert any([a.name for a in k.program.expr.spatial_axes][-1] == "f" for k in m.kernels)
+    assert any([a.name for a in k.program.expr.spatial_axes][-1] in ("f", "f_i") for k in m.kernels)
     result = m.check()
     assert result["ok"], result
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from roller.graph.ir import CopyNode, Graph, OpNode, Value, ViewNode
 from roller.ir.tensor_expr import TensorExpr
 
@@ -90,8 +88,8 @@ def pack_constants(graph: Graph, choose: Packing) -> int:
             continue
         i = [t.name for t in node.expr.inputs].index(packed.tensor)
         old = node.inputs[i]
-        new = f"{old}.packed{''.join(map(str, packed.perm))}.{node.output}"
-        graph.constants[new] = np.ascontiguousarray(np.transpose(graph.constants[old], packed.perm))
+        new = f"{old}.packed{packed.tag}.{node.output}"
+        graph.constants[new] = packed.apply(graph.constants[old])
         graph.values[new] = Value(new, tuple(graph.constants[new].shape), graph.values[old].dtype)
         inputs = node.inputs[:i] + (new,) + node.inputs[i + 1:]
         graph.nodes[pos] = replace(node, expr=replace(packed.expr, name=node.expr.name),

@@ -219,10 +219,11 @@ def _edge_share(geo: TileGeometry, block_tile: tuple[int, ...], thread_tile: tup
 
 def register_tile(geo: TileGeometry, thread_tile: tuple[int, ...]) -> tuple[int, int]:
     """(rows, cols) of a thread's accumulators: cols is the run along the last spatial axis (what the CPU
-    kernels vectorise), rows the rest."""
+    kernels vectorise; with the axes split from it by a blocked layout, ``TileGeometry.vector_group``), rows the
+    rest."""
     if geo.reduce_vector is not None:   # each output point a vector of partial results along the reduction
         return max(1, geo.output_elems(thread_tile)), geo.reduce_vector[1]
-    cols = 1 if geo.vector_axis is None else thread_tile[geo.vector_axis]
+    cols = math.prod(thread_tile[i] for i in geo.vector_group) if geo.vector_axis is not None else 1
     return max(1, geo.output_elems(thread_tile) // max(cols, 1)), max(cols, 1)
 
 

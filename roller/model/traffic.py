@@ -81,6 +81,14 @@ class TileGeometry:
         self.reduce_vector = reduction_vector(expr)
         if self.reduce_vector is not None:
             self.vector_axis, self.lane_gathers = None, False
+        # The spatial axes that index the output's dimension together with the vector axis (a weight layout
+        # blocked along it splits one axis in two: Y[m, 16*n_o + n_i]): their thread runs are all vectors of the
+        # same operand, so a register tile's columns are their product.
+        self.vector_group: tuple[int, ...] = ()
+        if self.vector_axis is not None:
+            dim = next((i for i in expr.out_index if axis in i.coefs), None)
+            self.vector_group = tuple(p for p in spatial if dim is not None and self.axis_names[p] in dim.coefs) \
+                or (self.vector_axis,)
 
     def region(self, t: _Tensor, tile: tuple[int, ...]) -> tuple[int, ...]:
         out = []
