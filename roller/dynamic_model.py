@@ -250,7 +250,7 @@ class _Diverged(Exception):
 
 def _generic(model: DynamicModel) -> Any:
     """The model's GenericModel, or why one build cannot serve every size."""
-    from roller.construction.layout import choose_layout
+    from roller.construction.layout import PackedLayout, choose_layout, packed_variants
     from roller.frontends.onnx import import_model
     from roller.generic_model import generic_model, graph_family
     from roller.graph.passes import pack_constants
@@ -282,16 +282,36 @@ def _generic(model: DynamicModel) -> Any:
             raise _Diverged
         return costs.pop(0)[1]
 
+    # Weight layouts likewise: the second size takes the layout chosen at the greatest, operator by operator.
+    layouts: list[tuple[str, tuple[int, ...], int, int] | None] = []
+
+    def choose(expr: TensorExpr, constants: tuple[str, ...]) -> PackedLayout | None:
+        p = choose_layout(expr, model.hw, constants, model.backend.matrix_support)
+        layouts.append(None if p is None else (p.tensor, p.perm, p.split, p.block))
+        return p
+
+    def chosen(expr: TensorExpr, constants: tuple[str, ...]) -> PackedLayout | None:
+        if not layouts:
+            raise _Diverged
+        want = layouts.pop(0)
+        if want is None:
+            return None
+        found = [p for p in packed_variants(expr, constants, block=want[3])
+                 if (p.tensor, p.perm, p.split, p.block) == want]
+        if not found:
+            raise _Diverged
+        return found[0]
+
     graphs = []
-    for v, seconds in ((hi, record), (other, replay)):
+    for v, seconds, layout in ((hi, record, choose), (other, replay, chosen)):
         try:
             g = import_model(model.source, model.shapes({sym: v}))
             g, _ = fuse_model_graph(g, model.hw, model.backend, model.options.get("fuse", "solver"), seconds)
+            pack_constants(g, layout)
         except InputError as err:
             return f"at {sym}={v}: {err}"
         except _Diverged:
-            return "fusion asks for other operators at another size"
-        pack_constants(g, lambda expr, consts: choose_layout(expr, model.hw, consts, model.backend.matrix_support))
+            return "fusion or a weight layout asks for other operators at another size"
         graphs.append(g)
     family = graph_family(graphs[0], graphs[1], sym, lo, hi, other)
     if isinstance(family, str):
