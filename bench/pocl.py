@@ -10,17 +10,20 @@ absolute numbers, and only within one run.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-import roller
-import roller.hw as H
-from roller.backends import get
-from roller.construction import construct
-from roller.ir import load_op
-from roller.numpy_reference import random_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import roller  # noqa: E402
+import roller.hw as H  # noqa: E402
+from roller.backends import get  # noqa: E402
+from roller.construction import construct  # noqa: E402
+from roller.ir import load_op  # noqa: E402
+from roller.numpy_reference import random_inputs  # noqa: E402
 
 MEMORY_OPS = [
     {"name": "relu_16x64x56x56", "op": "elementwise", "fn": "relu", "shapes": {"X": [16, 64, 56, 56]}},
@@ -69,21 +72,93 @@ def copy_bandwidth(nbytes: int) -> float:
     return 2 * n4 * 16 / float(np.median(times)) / 1e9
 
 
-def memory_table(hw_name: str, top_k: int = 5) -> str:
+def memory_table(hw_name: str, top_k: int = 5, rounds: int = 3) -> str:
     """Markdown: GB/s of compulsory traffic of each memory-bound op's best of ``top_k``, next to a plain copy
-    kernel measured in the same run."""
+    kernel timed in the same rounds (alternating with the op: copy, op, copy, op, ...; ratios per round,
+    median)."""
+    import statistics
+
     hw = H.load(hw_name)
     be = get("opencl")
-    copy_gbs = copy_bandwidth(64 << 20)
     lines = ["### memory-bound ops (GB/s of compulsory traffic)", "",
-             "| op | best of top-k GB/s | vs copy kernel |", "|---|---|---|",
-             f"| plain float4 copy (64 MiB, same run) | {copy_gbs:.1f} | 1.00 |"]
+             "| op | best of top-k GB/s | copy GB/s (same rounds) | vs copy kernel |", "|---|---|---|---|"]
     for spec in MEMORY_OPS:
         op = load_op(spec)
-        best = min(s for s, _ in time_candidates(op, hw, be, top_k))
-        gbs = op.bytes / best / 1e9
-        lines.append(f"| {op.name} | {gbs:.1f} | {gbs / copy_gbs:.2f} |")
+        timed = time_candidates(op, hw, be, top_k)
+        _, best = min(timed, key=lambda x: x[0])
+        runner = be.compile(be.render(best, hw), hw)
+        x = random_inputs(op, seed=0)
+        args = [x[t.name] for t in op.inputs]
+        ops, copies = [], []
+        for _ in range(rounds):
+            copies.append(copy_bandwidth(64 << 20))
+            ops.append(op.bytes / runner.time(args, repeat=5, warmup=1) / 1e9)
+        gbs, copy_gbs = statistics.median(ops), statistics.median(copies)
+        ratio = statistics.median(o / c for o, c in zip(ops, copies))
+        lines.append(f"| {op.name} `{best.line()}` | {gbs:.1f} | {copy_gbs:.1f} | {ratio:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def matmul_table(hw_name: str, n: int, top_k: int, rounds: int = 5) -> str:
+    """Markdown: float32 n^3 matmul, Roller against numpy in the same process, alternating. Three ways: the op
+    as a user writes it (both operands inputs: the top-1 and the best of the top-k, B read as given); B a
+    constant, as a model's weights are (a one-node ONNX model through ``roller.compile_model``: construction
+    stores B in the layout it picks, once, at build time); and that again with the packing charged (Roller's
+    kernel that lays a B of this size out so, timed in the same rounds and added)."""
+    import statistics
+
+    from bench.layers import MatMul
+
+    hw = H.load(hw_name)
+    be = get("opencl")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    op = load_op({"name": "mm", "op": "matmul", "M": n, "N": n, "K": n})
+    t = time.perf_counter()
+    timed = time_candidates(op, hw, be, top_k)
+    build_s = time.perf_counter() - t
+    top1_p, best_p = timed[0][1], min(timed, key=lambda x: x[0])[1]
+    runners = {p.line(): be.compile(be.render(p, hw), hw) for p in (top1_p, best_p)}
+    model_proto, feeds = MatMul("bench", (), n, n, n).onnx(rng)
+    model = roller.compile_model(model_proto, hw=hw_name)
+    feeds = {"x": a}
+    [kernel] = model.kernels
+    block = kernel.program.expr.tensor("B").shape[-1] if kernel.program.expr.tensor("B").shape != (n, n) else 0
+    pack = None
+    if block:
+        pack_op = load_op({"name": "pack_b", "expr": f"Y[nb,k,nl] = B[k,{block}*nb+nl]",
+                           "shapes": {"B": [n, n], "Y": [n // block, n, block]}})
+        pack = be.compile(be.render(construct(pack_op, hw, top_k=1)[0], hw), hw)
+    times: dict[str, list[float]] = {"numpy": [], "top1": [], "best": [], "model": [], "pack": []}
+    model.executor.run(feeds)
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        times["numpy"].append((time.perf_counter() - t) / 5)
+        times["top1"].append(runners[top1_p.line()].time([a, b], repeat=5, warmup=1))
+        times["best"].append(runners[best_p.line()].time([a, b], repeat=5, warmup=1))
+        times["model"].append(statistics.median(model.executor.time_steps(5, 1)))
+        if pack is not None:
+            times["pack"].append(pack.time([b], repeat=5, warmup=1))
+    med = {k: statistics.median(v) for k, v in times.items() if v}
+    gf = lambda s: 2 * n**3 / s / 1e9  # noqa: E731
+    np_gf = gf(med["numpy"])
+    rows = [("numpy (OpenBLAS, same rounds)", med["numpy"]),
+            (f"roller top-1, B as given `{top1_p.line()}`", med["top1"]),
+            (f"roller best of top-{len(timed)}, B as given `{best_p.line()}` (model rank "
+             f"{[p for _, p in timed].index(best_p) + 1})", med["best"]),
+            (f"roller, B a constant (stored `{kernel.program.expr.tensor('B').shape}` at build) "
+             f"`{kernel.program.line()}`", med["model"])]
+    if "pack" in med:
+        rows.append((f"roller, B a constant, its packing charged (+{med['pack'] * 1e3:.2f} ms a run)",
+                     med["model"] + med["pack"]))
+    lines = [f"### float32 matmul {n}^3", "", "| what | GFLOP/s | vs numpy |", "|---|---|---|"]
+    lines += [f"| {what} | {gf(s):.1f} | {gf(s) / np_gf:.2f} |" for what, s in rows]
+    lines += ["", f"{rounds} rounds, alternating, medians. Whole build with evaluation of the op as given (construct, "
+              f"render, compile and time {len(timed)} candidates): {build_s:.1f} s.", ""]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -92,36 +167,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--md", help="write the markdown tables here")
+    ap.add_argument("--no-matmul", action="store_true")
     args = ap.parse_args()
-    hw = H.load(args.hw)
-    be = get("opencl")
-    n = args.n
-    lines = [f"hardware description: {args.hw}; device: PoCL via pyopencl", ""]
+    from bench.models import cpu_name
 
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
-    a @ b
-    t = time.perf_counter()
-    for _ in range(5):
-        a @ b
-    numpy_gflops = 2 * n**3 / ((time.perf_counter() - t) / 5) / 1e9
-
-    op = load_op({"name": "mm", "op": "matmul", "M": n, "N": n, "K": n})
-    t = time.perf_counter()
-    timed = time_candidates(op, hw, be, args.top_k)
-    build_s = time.perf_counter() - t
-    top1 = timed[0][0]
-    best_t, best_p = min(timed, key=lambda x: x[0])
-    gf = lambda s: 2 * n**3 / s / 1e9  # noqa: E731
-    lines += [f"### float32 matmul {n}^3", "",
-              "| what | GFLOP/s | vs numpy |", "|---|---|---|",
-              f"| numpy (OpenBLAS, same run) | {numpy_gflops:.1f} | 1.00 |",
-              f"| roller top-1 (model's choice) `{timed[0][1].line()}` | {gf(top1):.1f} | {gf(top1) / numpy_gflops:.2f} |",
-              f"| roller best of top-{len(timed)} `{best_p.line()}` (model rank {[p for _, p in timed].index(best_p) + 1}) "
-              f"| {gf(best_t):.1f} | {gf(best_t) / numpy_gflops:.2f} |",
-              "", f"Whole build with evaluation (construct, render, compile and time {len(timed)} candidates): "
-              f"{build_s:.1f} s.", ""]
-
+    lines = [f"CPU: {cpu_name()}; hardware description: {args.hw}; device: PoCL via pyopencl", ""]
+    if not args.no_matmul:
+        lines.append(matmul_table(args.hw, args.n, args.top_k))
     text = "\n".join(lines) + "\n" + memory_table(args.hw, min(args.top_k, 5))
     print(text)
     if args.md:

@@ -4,6 +4,7 @@ test for lane-gathered reads, and roller's PoCL work-group default. Running the 
 test_opencl_suite.py (every candidate of a sample of the suite, and hypothesis-drawn irregular shapes)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import roller.hw as H
 from roller.backends import get
 from roller.backends.c_family.plan import lower
-from roller.backends.opencl import DIALECT
+from roller.backends.opencl import DIALECT as OPENCL_DIALECT
 from roller.backends.opencl.env import apply_pocl_defaults
 from roller.construction import construct
 from roller.evaluate import check_against
@@ -19,6 +20,10 @@ from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare
 from roller.model.traffic import TileGeometry
 from roller.numpy_reference import random_inputs
+
+# The plans' text with 32-bit indices, as the checks below spell it (the OpenCL dialect computes every index in
+# 64 bits on the CPU, Dialect.wide_index: the same plan with "(long)" casts).
+DIALECT = dataclasses.replace(OPENCL_DIALECT, wide_index=False)
 
 CPU = H.load("pocl-cpu")
 OPENCL = get("opencl")

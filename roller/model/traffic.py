@@ -63,9 +63,13 @@ class TileGeometry:
         # with divisions, then bounds-checked) or along a window or stride (h + r - 1, 2h: checked against the
         # padding). Guarded loads stay scalar on a CPU: 1.8-4.3 GFLOP/s on PoCL whatever the tile, against
         # 6-102 with plain loads (the model's calibrated compute, docs/model.md).
+        # A window over a padded copy (RProgram.pads) never leaves its tensor: no test, plain loads (PoCL's 3x3
+        # convolutions read so ran 100-280 GFLOP/s, the gathered table's speed being 5-55).
         gathered = any(t.view is not None and not t.view.is_reshape() for t in expr.body_inputs)
-        windowed = any(i.terms and i.plain_axis() is None
-                       for t in expr.body_inputs for acc in expr.accesses(t.name) for i in acc)
+        extents = expr.extents
+        windowed = any(i.terms and i.plain_axis() is None and
+                       (i.span(extents)[0] < 0 or i.span(extents)[1] >= size)
+                       for t in expr.body_inputs for acc in expr.accesses(t.name) for i, size in zip(acc, t.shape))
         self.guarded_reads = gathered or windowed
         # Whether a read is gathered lane by lane where CPU kernels vectorise (along the last spatial axis, the
         # fastest-varying one of a thread's register tile): through a view that moves with the axis, or with a

@@ -23,6 +23,7 @@ DIALECT = Dialect(
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
            "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
+    wide_index=True,
     conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")}, language="OpenCL C")
 
 
