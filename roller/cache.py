@@ -13,7 +13,10 @@ a whole entry or none.
 The key is a sha256 over: the source op's content hash and name (the kernel is named after the op), the
 description's content hash, the backend, the toolchain version (``Backend.toolchain_version``, e.g. the
 platform and driver of the device kernels run on; ``none`` where the backend cannot run here), ``roller.__version__``,
-``top_k``, whether candidates were evaluated, and the settings the backend declares in ``cache_env``.
+a hash of Roller's own code (every ``.py``, template and description file of the package: a change to the
+construction, the model or a template builds kernels anew, where the version alone kept serving those the
+old code built), ``top_k``, whether candidates were evaluated, and the settings the backend declares in
+``cache_env``.
 
 A compile result is one JSON file ``<dir>/results/<kind>/<key[:2]>/<key>.json`` holding the document and its
 checksum; one that fails the checksum is ignored and overwritten.
@@ -85,7 +88,24 @@ def key_parts(op_hash: str, op_name: str, hw_hash: str, backend: Backend, top_k:
 
     return {"format": FORMAT, "op_hash": op_hash, "op_name": op_name, "hw_hash": hw_hash,
             "backend": backend.name, "toolchain": toolchain_version(backend), "roller": __version__,
-            "top_k": top_k, "evaluated": bool(evaluated), "env": current(backend.cache_env)}
+            "code": code_hash(), "top_k": top_k, "evaluated": bool(evaluated), "env": current(backend.cache_env)}
+
+
+_CODE_HASH: list[str] = []
+
+
+def code_hash() -> str:
+    """sha256 over Roller's own files that decide what a kernel is (every ``.py``, ``.j2`` and ``.yaml`` of the
+    package, by path and content), computed once per process (a few milliseconds)."""
+    if not _CODE_HASH:
+        root = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2", ".yaml") and p.is_file()):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(b"\0")
+            h.update(path.read_bytes())
+        _CODE_HASH.append(h.hexdigest())
+    return _CODE_HASH[0]
 
 
 def make_key(parts: dict[str, Any]) -> str:
