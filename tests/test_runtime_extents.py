@@ -15,7 +15,7 @@ import pytest
 import roller
 from roller.backends import get
 from roller.construction import construct
-from roller.construction.generic import MAX_KERNELS, WASTE_CAP, construct_generic
+from roller.construction.generic import MAX_KERNELS, RUNTIME_WASTE_CAP, construct_generic
 from roller.construction.runtime import covered, runtime_axes
 from roller.evaluate import check_against
 from roller.hw import load
@@ -83,7 +83,7 @@ def test_sizes_are_served_within_the_waste_cap_along_each_axis() -> None:
     assert not isinstance(ks, str) and ks.scalar_args
     for v in (*ks.samples, 3, 100, 511):
         prog = ks.programs[ks.choose(v)]
-        assert all(extent <= v * WASTE_CAP for extent in covered(prog, ks.axis, v).values())
+        assert all(extent <= v * RUNTIME_WASTE_CAP for extent in covered(prog, ks.axis, v).values())
         assert ks.rows(ks.choose(v), v) >= v
 
 
