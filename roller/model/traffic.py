@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from roller.ir.expr import Affine
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
-from roller.ir.vector import reduction_vector
+from roller.ir.vector import flat_step, reduction_vector
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,10 @@ class TileGeometry:
         self.reduce_vector = reduction_vector(expr)
         if self.reduce_vector is not None:
             self.vector_axis, self.lane_gathers = None, False
+        # Whether the vector path stores its lanes one by one: the output does not run along the vector axis (a
+        # convolution's output channels as the vector axis of an NCHW output).
+        self.scattered_store = self.vector_axis is not None and expr.output.view is None and \
+            flat_step(expr.output.shape, expr.out_index, axis or "") != 1
         # The spatial axes that index the output's dimension together with the vector axis (a weight layout
         # blocked along it splits one axis in two: Y[m, 16*n_o + n_i]): their thread runs are all vectors of the
         # same operand, so a register tile's columns are their product.
