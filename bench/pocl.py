@@ -95,8 +95,13 @@ def memory_table(hw_name: str, top_k: int = 5, rounds: int = 3) -> str:
             ops.append(op.bytes / runner.time(args, repeat=5, warmup=1) / 1e9)
         gbs, copy_gbs = statistics.median(ops), statistics.median(copies)
         ratio = statistics.median(o / c for o, c in zip(ops, copies))
-        lines.append(f"| {op.name} `{best.line()}` | {gbs:.1f} | {copy_gbs:.1f} | {ratio:.2f} |")
+        lines.append(f"| {op.name} `{_cell(best.line())}` | {gbs:.1f} | {copy_gbs:.1f} | {ratio:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """A program's line inside a markdown table cell (its ' | ' separators would split the cell)."""
+    return text.replace(" | ", "; ")
 
 
 def matmul_table(hw_name: str, n: int, top_k: int, rounds: int = 5) -> str:
@@ -146,11 +151,11 @@ def matmul_table(hw_name: str, n: int, top_k: int, rounds: int = 5) -> str:
     gf = lambda s: 2 * n**3 / s / 1e9  # noqa: E731
     np_gf = gf(med["numpy"])
     rows = [("numpy (OpenBLAS, same rounds)", med["numpy"]),
-            (f"roller top-1, B as given `{top1_p.line()}`", med["top1"]),
-            (f"roller best of top-{len(timed)}, B as given `{best_p.line()}` (model rank "
+            (f"roller top-1, B as given `{_cell(top1_p.line())}`", med["top1"]),
+            (f"roller best of top-{len(timed)}, B as given `{_cell(best_p.line())}` (model rank "
              f"{[p for _, p in timed].index(best_p) + 1})", med["best"]),
             (f"roller, B a constant (stored `{kernel.program.expr.tensor('B').shape}` at build) "
-             f"`{kernel.program.line()}`", med["model"])]
+             f"`{_cell(kernel.program.line())}`", med["model"])]
     if "pack" in med:
         rows.append((f"roller, B a constant, its packing charged (+{med['pack'] * 1e3:.2f} ms a run)",
                      med["model"] + med["pack"]))

@@ -371,7 +371,7 @@ def _greatest_layout(family: GraphFamily, sets: Mapping[str, KernelSet],
     cannot be: an operator built per size touches one, or a view reads one otherwise than that layout lays it
     out."""
     g = family.top
-    inner = {n for n, grow in family.values.items() if not _leads(g.values[n].shape, grow)}
+    inner = _not_led(family)
     for node in g.op_nodes:
         touched = inner & {*node.inputs, node.output}
         if touched and node.output in exact:
@@ -382,6 +382,11 @@ def _greatest_layout(family: GraphFamily, sets: Mapping[str, KernelSet],
                 if not _same_offsets(family, view.input, view.output, v):
                     return f"view {view.name} reads {view.input} otherwise than it lies at the greatest size"
     return frozenset(inner)
+
+
+def _not_led(family: GraphFamily) -> set[str]:
+    """The values that grow with the size other than in their leading dimension (after unit ones)."""
+    return {n for n, grow in family.values.items() if not _leads(family.top.values[n].shape, grow)}
 
 
 def _same_offsets(family: GraphFamily, a: str, b: str, v: int) -> bool:
@@ -442,7 +447,7 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> Generi
     if isinstance(layout, str):
         # Some operator on a value the symbol does not lead is built per size (with the value as it is at that
         # size): so is every other operator on such a value.
-        inner = {n for n, grow in family.values.items() if not _leads(g.values[n].shape, grow)}
+        inner = _not_led(family)
         for node in g.op_nodes:
             ks = sets.get(node.output)
             op = family.ops[node.output]

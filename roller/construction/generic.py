@@ -175,6 +175,13 @@ def covered(prog: RProgram, ax: GenericAxis, value: int, greatest: int) -> int:
     return min(-(-rows // ax.per_value), greatest)
 
 
+def form_at(top: TensorExpr, ax: GenericAxis | RuntimeAxes, value: int, source: TensorExpr) -> TensorExpr:
+    """The prepared op ``top`` (at the greatest size) at size ``value`` (``source``: the op as written there)."""
+    if isinstance(ax, RuntimeAxes):
+        return at_extents(top, ax, {a: value for a in ax.axes}, source)
+    return at_size(top, ax, value, source)
+
+
 def _cost_form(prog: RProgram, ax: GenericAxis | RuntimeAxes, value: int, greatest: int,
                form: Callable[[int], TensorExpr], source: Callable[[int], TensorExpr]) -> TensorExpr:
     """The op a kept program computes at ``value`` (its last blocks' points past it included): what the model
@@ -228,10 +235,7 @@ class KernelSet:
 
     def form(self, value: int) -> TensorExpr:
         if value not in self._forms:
-            top = self.programs[0].expr
-            ax = self.axis
-            self._forms[value] = at_extents(top, ax, {a: value for a in ax.axes}, self.source(value)) \
-                if isinstance(ax, RuntimeAxes) else at_size(top, ax, value, self.source(value))
+            self._forms[value] = form_at(self.programs[0].expr, self.axis, value, self.source(value))
         return self._forms[value]
 
     def predict(self, index: int, value: int) -> float:
@@ -317,8 +321,7 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
 
     def form(v: int) -> TensorExpr:
         if v not in forms:
-            forms[v] = at_extents(top, ax, {a: v for a in ax.axes}, source(v)) if isinstance(ax, RuntimeAxes) \
-                else at_size(top, ax, v, source(v))
+            forms[v] = form_at(top, ax, v, source(v))
         return forms[v]
 
     extra = ax.runtime if isinstance(ax, RuntimeAxes) else ()
