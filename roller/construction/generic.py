@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from roller.construction import construct, predict_program, prepared, row_proxy, runtime
 from roller.construction.matrix import MatrixSupport
-from roller.construction.runtime import RuntimeAxes, at_extents, runtime_axes
+from roller.construction.runtime import RuntimeAxes, at_extents, runtime_axes, two_sizes
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
 from roller.ir.symbolic import SymbolicOp
@@ -59,16 +59,10 @@ class GenericAxis:
 
 def generic_axis(op: SymbolicOp, hw: HardwareDesc) -> GenericAxis | str:
     """The symbol's axis where one kernel built for the greatest size serves every size, else why not."""
-    varying = [s for s, (lo, hi) in op.ranges.items() if lo < hi]
-    if len(varying) != 1:
-        return (f"{len(varying)} symbols vary; a shape-generic kernel serves one" if varying
-                else "no symbol varies")
-    sym = varying[0]
-    lo, hi = op.ranges[sym]
-    other = max(lo, 2) if hi > max(lo, 2) else lo
-    base = {s: r[1] for s, r in op.ranges.items()}
-    top = prepared(op.instantiate(base), hw)
-    low = prepared(op.instantiate({**base, sym: other}), hw)
+    at = two_sizes(op, hw, "a shape-generic kernel serves")
+    if isinstance(at, str):
+        return at
+    sym, hi, other, top, low = at.symbol, at.hi, at.other, at.top, at.low
     if len(top.axes) != len(low.axes) or not top.axes or top.axes[0].reduce:
         return f"{sym} does not lead the op's axes as a spatial axis"
     lead = top.axes[0]

@@ -60,18 +60,41 @@ def reduced(expr: TensorExpr) -> set[str]:
     return {a.name for a in expr.reduce_axes}
 
 
-def runtime_axes(op: SymbolicOp, hw: HardwareDesc) -> RuntimeAxes | str:
-    """The symbol's axes where one kernel with runtime extents serves every size, else why not."""
+@dataclass(frozen=True)
+class TwoSizes:
+    """An op's one varying symbol, as written and prepared at its greatest value ``hi`` and at ``other``: how
+    a kernel set finds what changes with it."""
+
+    symbol: str
+    hi: int
+    other: int
+    src_top: TensorExpr
+    src_low: TensorExpr
+    top: TensorExpr
+    low: TensorExpr
+
+
+def two_sizes(op: SymbolicOp, hw: HardwareDesc, what: str) -> TwoSizes | str:
+    """``op`` at its symbol's greatest value and at another (2, or the least), or why not (``what`` serves
+    one symbol)."""
     varying = [s for s, (lo, hi) in op.ranges.items() if lo < hi]
     if len(varying) != 1:
-        return (f"{len(varying)} symbols vary; a kernel with runtime extents takes one" if varying
-                else "no symbol varies")
+        return f"{len(varying)} symbols vary; {what} one" if varying else "no symbol varies"
     sym = varying[0]
     lo, hi = op.ranges[sym]
     other = max(lo, 2) if hi > max(lo, 2) else lo
     base = {s: r[1] for s, r in op.ranges.items()}
     src_top, src_low = op.instantiate(base), op.instantiate({**base, sym: other})
-    top, low = prepared(src_top, hw), prepared(src_low, hw)
+    return TwoSizes(sym, hi, other, src_top, src_low, prepared(src_top, hw), prepared(src_low, hw))
+
+
+def runtime_axes(op: SymbolicOp, hw: HardwareDesc) -> RuntimeAxes | str:
+    """The symbol's axes where one kernel with runtime extents serves every size, else why not."""
+    at = two_sizes(op, hw, "a kernel with runtime extents takes")
+    if isinstance(at, str):
+        return at
+    sym, hi, other = at.symbol, at.hi, at.other
+    src_top, src_low, top, low = at.src_top, at.src_low, at.top, at.low
     if top.preparation != low.preparation or len(top.axes) != len(low.axes):
         return f"{sym} changes how the op is prepared"
     if top.preparation is not None and top.preparation.pads:
