@@ -675,7 +675,7 @@ def reduce_loops(reduce: list[AxisPlan], window: bool = False) -> list[tuple[str
     return _unrolled(loops)
 
 
-#: a whole reduction of at most this many points is unrolled
+#: a pooling window of at most this many points is unrolled whole (reduce_loops)
 UNROLL_WINDOW = 16
 
 
