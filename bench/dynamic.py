@@ -70,13 +70,15 @@ def _with(doc: dict[str, Any], sym: str, v: int) -> dict[str, Any]:
 
 
 def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, rounds: int,
-            repeat: int) -> dict[str, Any]:
+            repeat: int, evaluate: bool = False) -> dict[str, Any]:
+    """With ``evaluate``, the kernel set is chosen by timing on the device (``roller.compile(..., evaluate=True)``)
+    and each exact size is also built with its top-10 timed (the ``exact_eval`` columns)."""
     import roller
     from roller.numpy_reference import random_inputs
 
     sym = next(iter(doc["symbols"]))
     t = time.perf_counter()
-    gk = roller.compile(doc, hw=hw)
+    gk = roller.compile(doc, hw=hw, evaluate=evaluate, progress=False)
     build_s = time.perf_counter() - t
     rows = []
     for v in sizes:
@@ -89,21 +91,35 @@ def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, ro
         ek = roller.compile(_with(doc, sym, v), hw=hw)
         ek(**x)
         first_exact = time.perf_counter() - t
+        xk = roller.compile(_with(doc, sym, v), hw=hw, evaluate=True, progress=False) if evaluate else None
         g_times: list[float] = []
         e_times: list[float] = []
+        x_times: list[float] = []
         for _ in range(rounds):
             g_times.append(gk.benchmark({sym: v}, repeat=repeat))
             e_times.append(ek.benchmark(repeat=repeat))
+            if xk is not None:
+                x_times.append(xk.benchmark(repeat=repeat))
         g, e = statistics.median(g_times), statistics.median(e_times)
         rows.append({"size": v, "generic_ms": g * 1e3, "exact_ms": e * 1e3, "ratio": g / e,
                      "generic_kernel": gk.choice(**{sym: v})["line"], "exact_kernel": ek.program.line(),
                      "first_call_generic_ms": first_generic * 1e3, "first_call_exact_ms": first_exact * 1e3})
+        if xk is not None:
+            te = statistics.median(x_times)
+            rows[-1].update(exact_eval_ms=te * 1e3, ratio_eval=g / te, exact_eval_kernel=xk.program.line())
         print(f"  {label} {sym}={v}: generic {g * 1e3:.3f} ms, exact {e * 1e3:.3f} ms ({g / e:.2f}x); first call "
               f"{first_generic * 1e3:.1f} vs {first_exact * 1e3:.0f} ms", file=sys.stderr)
     ratios = [r["ratio"] for r in rows]
-    return {"op": label, "symbol": sym, "mode": gk.mode, "kernels": gk.compiled, "build_s": build_s,
-            "exact_kernels": len(sizes), "geomean_ratio": math.exp(sum(map(math.log, ratios)) / len(ratios)),
-            "worst_ratio": max(ratios), "rows": rows}
+    out = {"op": label, "symbol": sym, "mode": gk.mode, "kernels": gk.compiled, "build_s": build_s,
+           "exact_kernels": len(sizes), "geomean_ratio": _geomean(ratios), "worst_ratio": max(ratios),
+           "rows": rows, "evaluated": evaluate}
+    if evaluate:
+        out["geomean_ratio_eval"] = _geomean([r["ratio_eval"] for r in rows])
+    return out
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, hidden: int = 768,
@@ -250,23 +266,31 @@ def model_table(res: dict[str, Any]) -> str:
 
 
 def table(results: list[dict[str, Any]], hw: str) -> str:
-    lines = [f"CPU: {cpu_name()}; hardware description: {hw}; device: PoCL via pyopencl", "",
-             ("| op | kernels (generic / exact) | build s | size | generic ms | exact ms | generic / exact | "
-             "first call generic ms | first call exact ms |"), "|---|---|---|---|---|---|---|---|---|"]
+    ev = any(res.get("evaluated") for res in results)
+    extra = " exact, top-10 timed, ms | generic / that |" if ev else ""
+    lines = [f"CPU: {cpu_name()}; hardware description: {hw}; device: PoCL via pyopencl"
+             + ("; kernel sets chosen by timing (evaluate=True)" if ev else ""), "",
+             ("| op | kernels (generic / exact) | build s | size | generic ms | exact ms | generic / exact |" + extra
+              + " first call generic ms | first call exact ms |"), "|---|---|---|---|---|---|---|" +
+             ("---|---|" if ev else "") + "---|---|"]
     for res in results:
         for i, r in enumerate(res["rows"]):
             head = (f"| {res['op']} | {res['kernels']} / {res['exact_kernels']} | {res['build_s']:.2f} |" if i == 0
                     else "| | | |")
+            more = f" {r['exact_eval_ms']:.3f} | {r['ratio_eval']:.2f} |" if ev else ""
             lines.append(f"{head} {res['symbol']}={r['size']} | {r['generic_ms']:.3f} | {r['exact_ms']:.3f} | "
-                         f"{r['ratio']:.2f} | {r['first_call_generic_ms']:.1f} | {r['first_call_exact_ms']:.0f} |")
+                         f"{r['ratio']:.2f} |{more} {r['first_call_generic_ms']:.1f} | "
+                         f"{r['first_call_exact_ms']:.0f} |")
     lines.append("")
     for res in results:
         lines.append(f"{res['op']}: geomean generic / exact {res['geomean_ratio']:.2f}x, worst "
-                     f"{res['worst_ratio']:.2f}x")
+                     f"{res['worst_ratio']:.2f}x" + (f"; / exact timed {res['geomean_ratio_eval']:.2f}x" if ev else ""))
     allr = [r["ratio"] for res in results for r in res["rows"]]
     if not allr:
         return ""
-    lines.append(f"All sizes: geomean {math.exp(sum(map(math.log, allr)) / len(allr)):.2f}x over {len(allr)} sizes")
+    lines.append(f"All sizes: geomean {_geomean(allr):.2f}x over {len(allr)} sizes"
+                 + (f"; against exact builds with top-10 timed {_geomean([r['ratio_eval'] for res in results for r in res['rows']]):.2f}x"
+                    if ev else ""))
     return "\n".join(lines)
 
 
@@ -276,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--only", default="", help="ops whose label contains this ('none': no single ops)")
+    p.add_argument("--eval", dest="evaluate", action="store_true",
+                   help="single ops: kernel sets chosen by timing (evaluate=True), exact sizes also top-10 timed")
     p.add_argument("--model", action="store_true", help="also a BERT-base-sized layer over sequence lengths")
     p.add_argument("--lengths", default="1,17,128,384,512", help="sequence lengths for --model")
     p.add_argument("--cnn", action="store_true", help="also ResNet-18 over batch sizes")
@@ -287,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     # compiled by an earlier run would make an exact-size build look nearly free).
     os.environ["ROLLER_CACHE_DIR"] = tempfile.mkdtemp(prefix="roller-bench-dynamic-")
     os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="roller-bench-dynamic-pocl-")
-    results = [measure(label, doc, sizes, args.hw, args.rounds, args.repeat)
+    results = [measure(label, doc, sizes, args.hw, args.rounds, args.repeat, args.evaluate)
                for label, doc, sizes in OPS if args.only in label] if args.only != "none" else []
     text = table(results, args.hw)
     model_rows: dict[str, Any] = {}

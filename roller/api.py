@@ -189,7 +189,7 @@ def compile(op: OpLike, hw: HwLike | None = None, backend: str | None = None, to
     on this machine with ``evaluate=True``) with ``backend`` (default: the description's), and return it as a
     callable Kernel. ``op``: an op.json dict, a path, or a TensorExpr (one op). An op with a symbolic size
     (``"M": "m"``) gives a ``roller.shape_generic.GenericKernel``, callable at every size in the symbol's
-    range."""
+    range (with ``evaluate=True``, its kernels are chosen by timing the model's shortlist at sample sizes)."""
     from roller.ir.symbolic import load_symbolic
 
     symbolic = load_symbolic(op) if isinstance(op, (dict, str, os.PathLike)) else None
@@ -201,10 +201,7 @@ def compile(op: OpLike, hw: HwLike | None = None, backend: str | None = None, to
     if symbolic is not None:
         from roller.shape_generic import compile_generic
 
-        if evaluate:
-            raise InputError("evaluate=True times candidates at one size; an op with symbolic sizes is ranked "
-                             "by the model at each size (build it at a size to evaluate it there)")
-        return compile_generic(symbolic, hwd, be, top_k=top_k)
+        return compile_generic(symbolic, hwd, be, top_k=top_k, evaluate=evaluate, repeat=repeat, progress=progress)
     assert src is not None
     return build_kernel(src, hwd, be, top_k=top_k, evaluate=evaluate, use_cache=cache, repeat=repeat,
                         progress=progress)

@@ -316,4 +316,4 @@ def _generic(model: DynamicModel) -> Any:
     family = graph_family(graphs[0], graphs[1], sym, lo, hi, other)
     if isinstance(family, str):
         return family
-    return generic_model(family, model.hw, model.backend)
+    return generic_model(family, model.hw, model.backend, evaluate=bool(model.options.get("evaluate", False)))

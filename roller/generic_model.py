@@ -400,11 +400,13 @@ def _same_offsets(family: GraphFamily, a: str, b: str, v: int) -> bool:
     return bool(np.array_equal(offsets(a), offsets(b)))
 
 
-def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> GenericModel | str:
+def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate: bool = False
+                  ) -> GenericModel | str:
     """Kernel sets for the operators of ``family`` that have one (compiled and launched once each, so that no
-    run compiles them), the others built for each size at its first run; or why the model cannot run so."""
+    run compiles them), the others built for each size at its first run; or why the model cannot run so.
+    With ``evaluate``, each set is chosen by timing its operator's shortlist on this machine (DeviceTimer)."""
     from roller.construction import prepared
-    from roller.shape_generic import GenericKernel
+    from roller.shape_generic import DeviceTimer, GenericKernel
 
     t = time.perf_counter()
     if not backend.sub_grid:
@@ -425,13 +427,17 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> Generi
     sets: dict[str, KernelSet] = {}
     by_key: dict[str, KernelSet | str] = {}
     exact: dict[str, tuple[ScaledOp, str]] = {}
+    compiled: dict[tuple, tuple[Any, Any]] = {}  # program key -> (artifact, runner), from timing
     for node in g.op_nodes:
         key = kernel_key(node)
         op = family.ops[node.output]
         if op is None:
             return f"operator {node.name} does not depend on the size (a kernel built for one size serves)"
         if key not in by_key:
-            found = construct_generic(op, hw, matrix=backend.matrix_support)
+            timer = DeviceTimer(op, hw, backend, progress=False) if evaluate else None
+            found = construct_generic(op, hw, matrix=backend.matrix_support, timer=timer)
+            if timer is not None:
+                compiled.update(timer.compiled)
             if isinstance(found, str):
                 top = prepared(op.instantiate({family.symbol: family.greatest}), hw)
                 if top.preparation is not None and top.preparation.pads:
@@ -456,11 +462,14 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any) -> Generi
                 del sets[node.output]
         layout = frozenset()
     kept = {id(ks): ks for ks in sets.values()}
-    artifacts = {i: [backend.render(p, hw) for p in ks.programs] for i, ks in kept.items()}
+    artifacts = {i: [compiled[DeviceTimer.key(p)][0] if DeviceTimer.key(p) in compiled else backend.render(p, hw)
+                     for p in ks.programs] for i, ks in kept.items()}
     model = GenericModel(family, hw, backend, sets, artifacts, backend.device(), exact=exact,
                          greatest_layout=layout)
     for i, ks in kept.items():
         warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[i])
+        warm._runners.update({j: compiled[DeviceTimer.key(p)][1] for j, p in enumerate(ks.programs)
+                              if DeviceTimer.key(p) in compiled})
         warm.warm()
         for j, r in warm._runners.items():
             model._runners[(i, j)] = r

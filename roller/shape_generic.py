@@ -10,6 +10,7 @@ built for each size on its first call instead (cached by shape, like any op): ``
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.symbolic import SymbolicOp
 from roller.ir.tensor_expr import TensorExpr
+from roller.program import RProgram
 
 
 @dataclass
@@ -126,6 +128,23 @@ class GenericKernel:
             runner, inputs, _ = self.prepare(least, zeros, index=i)
             runner(inputs)
 
+    def check(self) -> None:
+        """Run each kept kernel at the least sample size it is chosen for (else the least size) on random inputs
+        and check it against roller.reference (CheckError if it is off)."""
+        from roller.evaluate import check_against
+        from roller.numpy_reference import random_inputs
+
+        assert self.kernels is not None
+        ks = self.kernels
+        base = {s: r[1] for s, r in self.op.ranges.items()}
+        for i, prog in enumerate(ks.programs):
+            v = next((v for v in ks.samples if ks.choose(v) == i), self.op.ranges[ks.axis.symbol][0])
+            values = {**base, ks.axis.symbol: v}
+            bound = random_inputs(self.op.instantiate(values), seed=1)
+            out = self._run(values, bound, i)
+            check_against(f"{self.name} at {ks.axis.symbol}={v}, kernel {i} ({prog.line()})",
+                          self.op.instantiate(values), bound, out)
+
     def specialised(self, values: Mapping[str, int]) -> Any:
         """The ordinary kernel built for exactly these values (per-size mode; cached on disk like any op)."""
         from roller.api import build_kernel
@@ -198,7 +217,12 @@ class GenericKernel:
         values, bound = self.bind(args, kwargs)
         if self.kernels is None:
             return np.asarray(self.specialised(values)(**bound))
-        runner, inputs, _ = self.prepare(values, bound)
+        return self._run(values, bound)
+
+    def _run(self, values: Mapping[str, int], bound: Mapping[str, np.ndarray], index: int | None = None
+             ) -> np.ndarray:
+        assert self.kernels is not None
+        runner, inputs, _ = self.prepare(values, bound, index)
         out = np.asarray(runner(inputs))
         expr = self.op.instantiate(values)
         shape = tuple(expr.output.storage_shape)
@@ -250,22 +274,101 @@ def _embedded(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def kernel_set(op: SymbolicOp, hwd: HardwareDesc, be: Any) -> KernelSet | str:
+def kernel_set(op: SymbolicOp, hwd: HardwareDesc, be: Any, timer: DeviceTimer | None = None) -> KernelSet | str:
     """``op``'s shape-generic kernel set for ``be``, or why it has none (the backend cannot launch a prefix of a
-    grid, or the symbol does not lead the op)."""
+    grid, or the symbol does not lead the op); with ``timer``, chosen by timing candidates on this machine."""
     if not be.sub_grid:
         return f"the {be.name} backend launches every kernel on the grid it was built for"
-    return construct_generic(op, hwd, matrix=be.matrix_support)
+    return construct_generic(op, hwd, matrix=be.matrix_support, timer=timer)
 
 
-def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10) -> GenericKernel:
-    """Build ``op``'s shape-generic kernel set and render each kept program, or settle for per-size kernels."""
+class DeviceTimer:
+    """Times a kernel set's candidates at sample sizes on this machine's device (``construct_generic``'s timer)
+    and keeps what it compiled, so that the kept kernels are not compiled twice."""
+
+    def __init__(self, op: SymbolicOp, hwd: HardwareDesc, be: Any, repeat: int = 10, warmup: int = 2,
+                 progress: bool | None = None) -> None:
+        from roller.evaluate import require_device
+
+        require_device(be, hwd, why="evaluate=True (timing candidates)")
+        self.op, self.hw, self.backend = op, hwd, be
+        self.repeat, self.warmup, self.progress = repeat, warmup, progress
+        self.compiled: dict[tuple, tuple[Any, Any]] = {}  # DeviceTimer.key(program) -> (artifact, runner)
+        self.seconds = 0.0
+
+    @staticmethod
+    def key(prog: RProgram) -> tuple:
+        """What a compiled kernel is of: the op (two operators may share tile shapes) and the program."""
+        return prog.expr.content_hash(), prog.key()
+
+    def __call__(self, trial: KernelSet, asked: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from roller.errors import CompileError, RollerError
+        from roller.evaluate import Progress
+        from roller.numpy_reference import random_inputs
+
+        t0 = time.perf_counter()
+        wanted = sorted({k for k, _ in asked})
+        bar = Progress(len(wanted) + len(asked), f"timing {self.op.name}'s kernel set", enabled=self.progress)
+        arts: dict[int, Any] = {}
+        for k in wanted:
+            try:
+                arts[k] = self.backend.render(trial.programs[k], self.hw)
+            except RollerError:
+                continue  # a candidate this backend cannot render is not timed
+
+        def build(k: int) -> tuple[int, Any]:
+            key = self.key(trial.programs[k])
+            if key not in self.compiled:
+                try:
+                    self.compiled[key] = (arts[k], self.backend.compile(arts[k], self.hw, None))
+                except CompileError:
+                    return k, None
+            return k, self.compiled[key][1]
+
+        probe = GenericKernel(self.op, self.hw, self.backend, trial, artifacts=[arts.get(k) for k in
+                                                                                 range(len(trial.programs))])
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, min(len(arts), os.cpu_count() or 1))) as pool:
+                for k, runner in pool.map(build, sorted(arts)):
+                    if runner is not None:
+                        probe._runners[k] = runner
+                    bar.step("compiled")
+            out: dict[tuple[int, int], float] = {}
+            sym = trial.axis.symbol
+            base = {s: r[1] for s, r in self.op.ranges.items()}
+            for v in sorted({v for _, v in asked}):
+                values = {**base, sym: v}
+                bound = random_inputs(self.op.instantiate(values), seed=0)
+                for k in (k for k, w in asked if w == v):
+                    if k in probe._runners:
+                        runner, inputs, _ = probe.prepare(values, bound, index=k)
+                        out[(k, v)] = float(runner.time(inputs, repeat=self.repeat, warmup=self.warmup))
+                    bar.step(f"timed at {v}")
+        finally:
+            bar.close()
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10, evaluate: bool = False,
+                    repeat: int = 10, progress: bool | None = None) -> GenericKernel:
+    """Build ``op``'s shape-generic kernel set and render each kept program, or settle for per-size kernels.
+    With ``evaluate``, the set is chosen by timing candidates on this machine (``DeviceTimer``) and each kept
+    kernel is checked against roller.reference at a size it serves."""
     t = time.perf_counter()
-    ks = kernel_set(op, hwd, be)
+    timer = DeviceTimer(op, hwd, be, repeat=repeat, progress=progress) if evaluate else None
+    ks = kernel_set(op, hwd, be, timer)
     if isinstance(ks, str):
         return GenericKernel(op, hwd, be, None, why=ks, construction_s=time.perf_counter() - t, top_k=top_k)
-    arts = [be.render(p, hwd) for p in ks.programs]
+    done = timer.compiled if timer is not None else {}
+    keys = [DeviceTimer.key(p) for p in ks.programs]
+    arts = [done[k][0] if k in done else be.render(p, hwd) for k, p in zip(keys, ks.programs)]
     kernel = GenericKernel(op, hwd, be, ks, artifacts=arts, construction_s=time.perf_counter() - t, top_k=top_k)
+    kernel._runners.update({i: done[k][1] for i, k in enumerate(keys) if k in done})
     if be.can_run_here():
         kernel.warm()
+    if timer is not None:
+        kernel.check()
     return kernel

@@ -49,6 +49,23 @@ def test_cnn_with_an_open_batch_is_built_once_for_every_batch() -> None:
     assert not m.models                          # nor built a model of its own
 
 
+def test_cnn_with_an_open_batch_evaluated_chooses_every_set_on_the_device() -> None:
+    """compile_model(evaluate=True) with an open size: each operator's kernel set is chosen by timing its
+    shortlist at the sample sizes (every kept kernel timed somewhere), and the model runs correctly."""
+    proto, inputs = residual_block()
+    m = roller.compile_model(open_sizes(proto, {"x": {0: "n"}, "y": {0: "n"}}), hw="pocl-cpu",
+                             ranges={"n": (1, 6)}, evaluate=True, progress=False)
+    assert isinstance(m, DynamicModel) and m.mode == "generic", m.why
+    sets = list(m.generic.sets.values())
+    assert sets and all(ks.measured is not None for ks in sets)
+    assert all(any(np.isfinite(t) for t in row) for ks in sets for row in ks.measured)
+    built = m.generic.kernels_compiled
+    for n in (1, 5):
+        x = np.concatenate([inputs["x"]] * n)
+        assert m.check({"x": x})["reference"].startswith("onnxruntime")
+    assert m.generic.kernels_compiled == built
+
+
 def test_cnn_per_size_when_asked() -> None:
     proto, inputs = residual_block()
     m = roller.compile_model(open_sizes(proto, {"x": {0: "n"}, "y": {0: "n"}}), hw="pocl-cpu", generic=False)

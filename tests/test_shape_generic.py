@@ -238,3 +238,86 @@ def test_benchmark_of_a_padded_generic_kernel_times_its_pad_copy() -> None:
                         "padding": "SAME", "symbols": {"n": [1, 16]}}, hw="pocl-cpu")
     assert k.mode == "generic"
     assert 0 < k.benchmark({"n": 3}, repeat=2, warmup=1) < 1.0
+
+
+def test_cover_spends_its_budget_on_the_sizes_without_a_good_kernel() -> None:
+    """A budgeted cover: two kernels for four samples, where each of three narrow candidates wins one sample by
+    a few percent and one broad one is 1.1x off at the small sizes and best at the large ones. Counting the
+    samples served within the slack kept narrow kernels and left a sample with none near its best."""
+    from roller.construction.generic import _cover
+
+    inf = float("inf")
+    table = [[1.0, 9.0, 9.0, 9.0],    # narrow, best at sample 0
+             [9.0, 1.0, 9.0, 9.0],    # narrow, best at sample 1
+             [inf, inf, 1.0, 9.0],    # narrow, best at sample 2 (does not fit 0, 1)
+             [1.1, 1.1, 1.05, 1.0]]   # broad
+    fits = [[t != inf for t in row] for row in table]
+    kept = _cover(table, fits, 1.01, 2)
+    assert 3 in kept and len(kept) == 2
+    # with room for all, every sample ends within the slack of its best
+    kept = _cover(table, fits, 1.01, 4)
+    assert all(min(table[i][j] for i in kept) <= 1.01 * min(r[j] for r in table) for j in range(4))
+
+
+def test_evaluated_set_is_chosen_and_dispatched_by_measured_times() -> None:
+    """evaluate=True on an op with a symbolic size: the model's shortlist is timed at the sample sizes, the
+    kept kernels are timed at every sample they may serve, a sample takes the kept kernel measured fastest
+    there, and each call's result is checked against numpy."""
+    doc = {"op": "matmul", "M": "m", "N": 64, "K": 48, "symbols": {"m": [1, 96]}}
+    k = roller.compile(doc, hw="pocl-cpu", evaluate=True, repeat=3, progress=False)
+    assert k.mode == "generic"
+    ks = k.kernels
+    assert ks is not None and ks.measured is not None
+    assert len(ks.measured) == len(ks.programs) <= MAX_KERNELS
+    built = k.compiled
+    for j, v in enumerate(ks.samples):
+        timed = [i for i in range(len(ks.programs)) if np.isfinite(ks.measured[i][j])]
+        assert timed, f"no kept kernel was timed at {v}"
+        i = ks.choose(v)
+        # the model's prediction scaled by the measured ratio at the sample itself is the measured time
+        assert ks.expected(i, v) == pytest.approx(ks.measured[i][j]) if i in timed else True
+        fitting = [t for t in timed if ks.rows(t, v) <= v * WASTE_CAP]
+        assert ks.measured[i][j] == min(ks.measured[t][j] for t in fitting)
+        assert ks.table()[j]["measured_ms"] == pytest.approx(ks.measured[i][j] * 1e3)
+    for m in (1, 5, 37, 96):
+        _check(k, k.op, {"m": m})
+    assert k.compiled == built
+
+
+def test_expected_time_follows_the_measured_ratio_between_samples() -> None:
+    """Between two samples where a kernel was timed, its expected time is its prediction times the measured /
+    predicted ratio interpolated geometrically in the size; outside them, the nearest ratio."""
+    import dataclasses
+    import math
+
+    hw = load("pocl-cpu")
+    ks = construct_generic(parse_symbolic({**MATMUL, "symbols": {"m": [1, 64]}}, None), hw)
+    assert not isinstance(ks, str)
+    n = len(ks.samples)
+    j0, j1 = ks.samples.index(16), ks.samples.index(32)
+    ratio = {j0: 2.0, j1: 0.5}
+    measured = [[ks.predicted[i][j] * ratio[j] if j in ratio else math.inf for j in range(n)]
+                for i in range(len(ks.programs))]
+    timed = dataclasses.replace(ks, measured=measured, _forms={}, _choice={})
+    # at 24 (not timed), a share log2(1.5) of the way from 16 to 32: 2 ** (1 - 2 * log2(1.5))
+    for v, want in ((16, 2.0), (32, 0.5), (8, 2.0), (64, 0.5), (24, 2 ** (1 - 2 * math.log2(1.5)))):
+        assert timed.expected(0, v) == pytest.approx(ks.predict(0, v) * want)
+
+
+def test_build_eval_writes_a_dispatch_table_chosen_by_measured_times(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(str(tmp_path))
+    op = folder / "mm.json"
+    op.write_text(json.dumps({"op": "matmul", "M": "m", "N": 32, "K": 32, "name": "mm_eval",
+                              "symbols": {"m": [1, 24]}}))
+    run = subprocess.run([sys.executable, "-m", "roller", "build", "--hw", "pocl-cpu", "--eval", "--repeat", "2",
+                          str(op), "-o", str(folder / "out")], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "chosen by measured" in run.stdout
+    doc = json.loads((folder / "out" / "mm_eval" / "dispatch.json").read_text())
+    assert doc["chosen_by"] == "measured"
+    assert all(row["measured_ms"] > 0 for row in doc["samples"])
+    assert doc["dispatch"][0]["from"] == 1 and doc["dispatch"][-1]["to"] == 24

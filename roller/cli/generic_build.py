@@ -25,15 +25,17 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     from roller.cli.build_cmd import _move_into_place, output_staging
     from roller.cli.hw_cmd import hw_from_args
     from roller.construction.runtime import RuntimeAxes, reduced
-    from roller.shape_generic import kernel_set
+    from roller.shape_generic import DeviceTimer, kernel_set
 
-    if args.evaluate or args.op_name:
-        raise InputError(f"{'--eval' if args.evaluate else '--op'} does not apply to an op with symbolic sizes "
-                         "(it is one op, ranked by the model at each size)", source=op.source)
+    if args.op_name:
+        raise InputError("--op does not apply to an op with symbolic sizes (it is one op)", source=op.source)
     hwd = hw_from_args(args)
     be = for_hw(hwd, args.backend)
     t = time.perf_counter()
-    ks = kernel_set(op, hwd, be)
+    # --eval: the set is chosen by timing the model's shortlist at the sample sizes on this machine's device,
+    # and dispatch.json's choices follow the measured times (roller.construction.generic).
+    timer = DeviceTimer(op, hwd, be, repeat=args.repeat) if args.evaluate else None
+    ks = kernel_set(op, hwd, be, timer)
     if isinstance(ks, str):
         raise InputError(f"{op.name}: one kernel cannot serve every size here ({ks}); build it at a size (write "
                          "the number in place of the symbol)", source=op.source)
@@ -57,7 +59,8 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     dispatch: dict[str, Any] = {
         "op": op.name, "symbols": {s: list(r) for s, r in op.ranges.items()}, "symbol": ks.axis.symbol,
         "hw": {"name": hwd.name, "hash": hwd.content_hash()}, "backend": be.name, "roller_version": __version__,
-        "construction_s": construction_s, "candidates": ks.candidates, **launch,
+        "construction_s": construction_s, "candidates": ks.candidates, "chosen_by": "measured" if
+        ks.measured is not None else "model", **launch,
         "kernels": [], "dispatch": ks.intervals(), "samples": ks.table(),
     }
     out_dir = Path(args.output)
@@ -90,6 +93,7 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
     else:
         lo, hi = op.ranges[ks.axis.symbol]
         print(f"{op.name}: wrote {out_dir / op.name}/ ({len(ks.programs)} kernels for {ks.axis.symbol} in [{lo}, "
-              f"{hi}], from {ks.candidates} candidates in {construction_s:.2f} s; dispatch.json: "
+              f"{hi}], from {ks.candidates} candidates in {construction_s:.2f} s, chosen by {dispatch['chosen_by']}; "
+              f"dispatch.json: "
               f"{len(dispatch['dispatch'])} intervals)")
     return 0

@@ -11,6 +11,12 @@ sample sizes across the range, the model predicts every candidate at sample size
 its last block covers), and a greedy set cover keeps few programs such that every sample has one within
 ``COVER_SLACK`` of the best candidate there, among those that compute at most ``WASTE_CAP`` times its rows. At a
 call, the model picks among them for the exact size, with no compilation.
+
+Where the device is at hand (``timer``), the model shortlists and the device decides, as Roller times its top-K
+for one size: the candidates the model ranks near the best at each sample are timed there, the cover is made
+over the measured times, and at a call each kept program's prediction is scaled by its measured / predicted
+ratio at the nearest samples where it ran (the model's error is the same at neighbouring sizes; its ranking of
+thin tiles is not what PoCL runs: BERT's projections at 7 rows took a 2-row tile at 3x the 4-row one's time).
 """
 from __future__ import annotations
 
@@ -28,6 +34,10 @@ from roller.ir.symbolic import SymbolicOp
 from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
 from roller.program import RProgram, launch_counts
 
+# Seconds of each (program index, sample size) asked, on this machine's device, for the programs of the
+# KernelSet it is given (roller.shape_generic renders, compiles and runs them: the core imports no backend).
+Timer = Callable[["KernelSet", list[tuple[int, int]]], dict[tuple[int, int], float]]
+
 # A kept set is done when every sample size has a program predicted within this factor of the best candidate.
 # Tight: block shapes the model predicts within a few percent of each other ran 1.6-2x apart on PoCL (a BERT
 # projection's 16x256 blocks against the 64x48 of the kernel built for each length), and a slack of 5% let one
@@ -42,6 +52,12 @@ WASTE_CAP = 1.25
 # with a 3x3 tile (3.7x the time of the kernel built for 17, whose 18x32 tile computes 32 columns of 17).
 RUNTIME_WASTE_CAP = 2.0
 MAX_KERNELS = 6
+# Timed at each sample when a timer is given: the model's best few there, within this factor of its best.
+SHORTLIST = 4
+SHORTLIST_SLACK = 2.0
+# A measured time serves a sample within this factor of the fastest measured there (the device's noise: a
+# tighter bound keeps a kernel per sample for differences that move between runs).
+MEASURED_SLACK = 1.05
 # Programs taken from construction at each representative size.
 PER_SIZE = 3
 
@@ -208,6 +224,9 @@ class KernelSet:
     # predicted seconds of each kept program at each sample size (rows: programs)
     predicted: list[list[float]]
     candidates: int  # programs construction offered across the representative sizes
+    # measured seconds of each kept program at each sample size, where it was timed (else inf): a set chosen
+    # on the device; None: chosen by the model alone
+    measured: list[list[float]] | None = None
     _forms: dict[int, TensorExpr] = field(default_factory=dict, repr=False)
     _choice: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -239,14 +258,35 @@ class KernelSet:
         pred = predict_program(retarget(prog, expr), self.hw)
         return pred.time_s if pred is not None else math.inf
 
+    def expected(self, index: int, value: int) -> float:
+        """Seconds expected of kept program ``index`` at ``value``: the model's prediction, scaled by the
+        program's measured / predicted ratio at the nearest timed samples (geometrically between the two
+        around ``value``) where the set was chosen on the device."""
+        pred = self.predict(index, value)
+        if self.measured is None or not math.isfinite(pred):
+            return pred
+        timed = [(v, m / p) for v, m, p in zip(self.samples, self.measured[index], self.predicted[index])
+                 if math.isfinite(m) and math.isfinite(p) and p > 0]
+        if not timed:
+            return pred
+        below = [t for t in timed if t[0] <= value]
+        above = [t for t in timed if t[0] >= value]
+        if not below or not above:
+            return pred * (below[-1] if below else above[0])[1]
+        (v0, r0), (v1, r1) = below[-1], above[0]
+        if v0 == v1:
+            return pred * r0
+        w = math.log(value / v0) / math.log(v1 / v0)
+        return pred * math.exp((1 - w) * math.log(r0) + w * math.log(r1))
+
     def choose(self, value: int) -> int:
-        """The kept program the model predicts fastest at ``value`` among those within the waste cap (memoised:
-        a repeated size costs a lookup)."""
+        """The kept program expected fastest at ``value`` among those within the waste cap (memoised: a
+        repeated size costs a lookup)."""
         if value not in self._choice:
             self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
             fit = [i for i, p in enumerate(self.programs) if _fits(p, self.axis, value, self.greatest)] or \
                 [min(range(len(self.programs)), key=lambda i: (self._waste(i, value), i))]
-            self._choice[value] = min(fit, key=lambda i: (self.predict(i, value), i))
+            self._choice[value] = min(fit, key=lambda i: (self.expected(i, value), i))
         return self._choice[value]
 
     def _waste(self, index: int, value: int) -> float:
@@ -290,14 +330,20 @@ class KernelSet:
 
     def table(self) -> list[dict[str, object]]:
         """The dispatch table over the sample sizes: which program each size takes and its prediction."""
-        return [{"size": v, "kernel": self.choose(v), "predicted_ms": self.predict(self.choose(v), v) * 1e3}
-                for v in self.samples]
+        rows: list[dict[str, object]] = []
+        for j, v in enumerate(self.samples):
+            i = self.choose(v)
+            row: dict[str, object] = {"size": v, "kernel": i, "predicted_ms": self.predict(i, v) * 1e3}
+            if self.measured is not None and math.isfinite(self.measured[i][j]):
+                row["measured_ms"] = self.measured[i][j] * 1e3
+            rows.append(row)
+        return rows
 
 
 def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixSupport] = (),
-                      max_kernels: int = MAX_KERNELS) -> KernelSet | str:
+                      max_kernels: int = MAX_KERNELS, timer: Timer | None = None) -> KernelSet | str:
     """The kept programs of ``op``'s shape-generic kernel set on ``hw``, or why one kernel cannot serve every
-    size (the caller then builds per size)."""
+    size (the caller then builds per size). With ``timer``, the set is chosen on the device (module doc)."""
     leading = generic_axis(op, hw)
     ax: GenericAxis | RuntimeAxes | str = leading if not isinstance(leading, str) else runtime_axes(op, hw)
     if isinstance(ax, str):
@@ -335,32 +381,75 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
             pred = predict_program(retarget(c, _cost_form(c, ax, v, hi, form, source)), hw)
             row.append(pred.time_s if pred is not None else math.inf)
         times.append(row)
-    # A program may serve a sample only where it computes at most WASTE_CAP times its points, and must come
-    # within COVER_SLACK of the best such candidate's prediction.
+    # A program may serve a sample only where it computes at most WASTE_CAP times its points.
     fits = [[_fits(c, ax, v, hi) for v in samples] for c in cands]
-    best = [min((times[i][j] for i in range(len(cands)) if fits[i][j]), default=math.inf)
-            for j in range(len(samples))]
-
-    def serves(i: int, j: int) -> bool:
-        return fits[i][j] and times[i][j] <= best[j] * COVER_SLACK
-
-    # Greedy set cover: the candidate serving most of the samples not yet served (ties: the least predicted
-    # total over them), until every sample is served.
-    kept: list[int] = []
-    open_ = {j for j in range(len(samples)) if best[j] < math.inf}
-    def gain(i: int, unserved: set[int]) -> tuple[int, float]:
-        served = [j for j in unserved if serves(i, j)]
-        return len(served), -sum(times[i][j] / best[j] for j in served)
-
-    while open_ and len(kept) < max_kernels:
-        left = set(open_)
-        pick = max((i for i in range(len(cands)) if i not in kept), key=lambda i: (*gain(i, left), -i),
-                   default=None)
-        if pick is None or gain(pick, left)[0] == 0:
-            break
-        kept.append(pick)
-        open_ -= {j for j in open_ if serves(pick, j)}
+    measured: list[list[float]] | None = None
+    if timer is None:
+        kept = _cover(times, fits, COVER_SLACK, max_kernels)
+    else:
+        short = _shortlist(times, fits)
+        trial = KernelSet(op, hw, ax, [cands[i] for i in short], samples, [times[i] for i in short], len(cands))
+        trial._forms.update(forms)
+        asked = [(k, samples[j]) for k, i in enumerate(short) for j in range(len(samples)) if _near(times, fits, i, j)]
+        got = timer(trial, asked)
+        table = [[got.get((k, v), math.inf) for v in samples] for k in range(len(short))]
+        picked = _cover(table, [[math.isfinite(t) for t in row] for row in table], MEASURED_SLACK, max_kernels)
+        kept = [short[k] for k in picked]
+        measured = [table[k] for k in picked]
+        if not kept:  # nothing ran: the model's set, as without a device
+            kept, measured = _cover(times, fits, COVER_SLACK, max_kernels), None
+        else:
+            # Every kept program at every sample it may serve, so that each size's choice is calibrated at the
+            # samples on both sides of it (a program timed only far away carried that error to other sizes).
+            final = KernelSet(op, hw, ax, [cands[i] for i in kept], samples, [times[i] for i in kept], len(cands))
+            final._forms.update(forms)
+            more = timer(final, [(k, samples[j]) for k, i in enumerate(kept) for j in range(len(samples))
+                                 if fits[i][j] and not math.isfinite(measured[k][j])])
+            measured = [[more.get((k, v), t) for v, t in zip(samples, row)] for k, row in enumerate(measured)]
     programs = [dataclasses.replace(cands[i], prediction=predict_program(cands[i], hw)) for i in kept]
-    ks = KernelSet(op, hw, ax, programs, samples, [times[i] for i in kept], len(cands))
+    ks = KernelSet(op, hw, ax, programs, samples, [times[i] for i in kept], len(cands), measured)
     ks._forms.update(forms)
     return ks
+
+
+def _near(times: list[list[float]], fits: list[list[bool]], i: int, j: int) -> bool:
+    """Whether candidate ``i`` is among the model's SHORTLIST best at sample ``j`` (within SHORTLIST_SLACK)."""
+    if not fits[i][j] or not math.isfinite(times[i][j]):
+        return False
+    ranked = sorted(times[k][j] for k in range(len(times)) if fits[k][j])
+    return times[i][j] <= min(ranked[0] * SHORTLIST_SLACK, ranked[min(SHORTLIST, len(ranked)) - 1])
+
+
+def _shortlist(times: list[list[float]], fits: list[list[bool]]) -> list[int]:
+    """The candidates worth timing: those near the model's best at some sample."""
+    return [i for i in range(len(times)) if any(_near(times, fits, i, j) for j in range(len(times[i])))]
+
+
+def _cover(table: list[list[float]], fits: list[list[bool]], slack: float, max_kernels: int) -> list[int]:
+    """Rows of ``table`` (seconds of each candidate at each sample) to keep: greedily the candidate that most
+    lowers the sum over samples of log(time of the best kept one that fits / best fitting time there), until
+    every sample has a kept candidate within ``slack`` of its best or ``max_kernels`` are kept. (Counting the
+    samples each candidate serves within ``slack`` instead spent the budget on a kernel per small size, timed
+    within a few percent of each other, and left the sizes between with none.)"""
+    n = len(table[0]) if table else 0
+    best = [min((table[i][j] for i in range(len(table)) if fits[i][j]), default=math.inf) for j in range(n)]
+    live = [j for j in range(n) if math.isfinite(best[j])]
+    # A sample no kept candidate serves costs more than any candidate could (so that covering it comes first).
+    miss = 1.0 + max((math.log(table[i][j] / best[j]) for i in range(len(table)) for j in live
+                      if fits[i][j] and math.isfinite(table[i][j])), default=0.0)
+
+    def excess(i: int, j: int) -> float:
+        return math.log(table[i][j] / best[j]) if fits[i][j] and math.isfinite(table[i][j]) else miss
+
+    now = {j: miss for j in live}
+    kept: list[int] = []
+    def total(i: int, now: dict[int, float]) -> float:
+        return sum(min(now[j], excess(i, j)) for j in live)
+
+    while len(kept) < max_kernels and any(e > math.log(slack) for e in now.values()):
+        pick = min((i for i in range(len(table)) if i not in kept), key=lambda i: (total(i, now), i), default=None)
+        if pick is None or total(pick, now) >= sum(now.values()):
+            break
+        kept.append(pick)
+        now = {j: min(now[j], excess(pick, j)) for j in live}
+    return kept
