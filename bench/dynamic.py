@@ -123,16 +123,17 @@ def _geomean(xs: list[float]) -> float:
 
 
 def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, hidden: int = 768,
-                  heads: int = 12) -> dict[str, Any]:
+                  heads: int = 12, evaluate: bool = False) -> dict[str, Any]:
     """A BERT-base-sized encoder layer (tests/zoo_graphs.py's, hidden 768, 12 heads) with an open sequence
-    length, one DynamicModel over every length, against onnxruntime on the same dynamic model."""
+    length, one DynamicModel over every length (its kernel sets timed on the device with ``evaluate``),
+    against the model built for each exact length (top-1) and onnxruntime on the same dynamic model."""
     import roller
     from tests.zoo_graphs import dynamic_attention_block
 
     proto = dynamic_attention_block(hidden=hidden, heads=heads)
     sess = ort_session(proto)
     t = time.perf_counter()
-    m = roller.compile_model(proto, hw=hw, ranges={"seq": (1, max(lengths))})
+    m = roller.compile_model(proto, hw=hw, ranges={"seq": (1, max(lengths))}, evaluate=evaluate, progress=False)
     build = time.perf_counter() - t
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
@@ -162,7 +163,7 @@ def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, h
                      "exact_kernels": len(exact.by_key), "max_abs_err": err})
         print(f"  bert layer seq={seq}: first call {first:.2f} s (exact build {exact_first:.1f} s), roller "
               f"{r * 1e3:.2f} ms, exact {e * 1e3:.2f} ms, onnxruntime {o * 1e3:.2f} ms", file=sys.stderr)
-    return {"mode": m.mode, "why": m.why, "build_s": build,
+    return {"mode": m.mode, "why": m.why, "build_s": build, "evaluated": evaluate,
             "kernels": m.generic.kernels_compiled - m.generic.per_size_compiled if m.generic is not None else 0,
             "rows": rows}
 
@@ -252,7 +253,7 @@ def cnn_table(res: dict[str, Any]) -> str:
 
 def model_table(res: dict[str, Any]) -> str:
     lines = [(f"mode {res['mode']} ({res['why']}); one build {res['build_s']:.1f} s, {res['kernels']} kernels "
-             "compiled"), "",
+             "compiled" + ("; kernel sets chosen by timing (evaluate=True)" if res.get("evaluated") else "")), "",
              ("| seq | first call s | kernels compiled at it | Roller ms | exact-length ms | Roller / exact | "
               "onnxruntime ms | Roller / ORT | exact build + first run s | max abs err |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--only", default="", help="ops whose label contains this ('none': no single ops)")
     p.add_argument("--eval", dest="evaluate", action="store_true",
-                   help="single ops: kernel sets chosen by timing (evaluate=True), exact sizes also top-10 timed")
+                   help="kernel sets chosen by timing (evaluate=True); single ops' exact sizes also top-10 timed")
     p.add_argument("--model", action="store_true", help="also a BERT-base-sized layer over sequence lengths")
     p.add_argument("--lengths", default="1,17,128,384,512", help="sequence lengths for --model")
     p.add_argument("--cnn", action="store_true", help="also ResNet-18 over batch sizes")
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     model_rows: dict[str, Any] = {}
     if args.model:
         model_rows = measure_model(args.hw, tuple(int(v) for v in args.lengths.split(",")), args.rounds,
-                                   args.repeat)
+                                   args.repeat, evaluate=args.evaluate)
         text += "\n\nBERT-base-sized layer (hidden 768, 12 heads), one DynamicModel over the sequence length:\n\n"
         text += model_table(model_rows)
     cnn: dict[str, Any] = {}
