@@ -294,6 +294,7 @@ class DeviceTimer:
         self.op, self.hw, self.backend = op, hwd, be
         self.repeat, self.warmup, self.progress = repeat, warmup, progress
         self.compiled: dict[tuple, tuple[Any, Any]] = {}  # DeviceTimer.key(program) -> (artifact, runner)
+        self.failed: list[str] = []  # candidates that did not compile or run, and why
         self.seconds = 0.0
 
     @staticmethod
@@ -309,21 +310,21 @@ class DeviceTimer:
         from roller.numpy_reference import random_inputs
 
         t0 = time.perf_counter()
-        wanted = sorted({k for k, _ in asked})
-        bar = Progress(len(wanted) + len(asked), f"timing {self.op.name}'s kernel set", enabled=self.progress)
         arts: dict[int, Any] = {}
-        for k in wanted:
+        for k in sorted({k for k, _ in asked}):
             try:
                 arts[k] = self.backend.render(trial.programs[k], self.hw)
-            except RollerError:
-                continue  # a candidate this backend cannot render is not timed
+            except RollerError as err:  # a candidate this backend cannot render is not timed
+                self.failed.append(f"{trial.programs[k].line()}: {err}")
+        bar = Progress(len(arts) + len(asked), f"timing {self.op.name}'s kernel set", enabled=self.progress)
 
         def build(k: int) -> tuple[int, Any]:
             key = self.key(trial.programs[k])
             if key not in self.compiled:
                 try:
                     self.compiled[key] = (arts[k], self.backend.compile(arts[k], self.hw, None))
-                except CompileError:
+                except CompileError as err:
+                    self.failed.append(f"{trial.programs[k].line()}: {err}")
                     return k, None
             return k, self.compiled[key][1]
 
@@ -344,7 +345,12 @@ class DeviceTimer:
                 for k in (k for k, w in asked if w == v):
                     if k in probe._runners:
                         runner, inputs, _ = probe.prepare(values, bound, index=k)
-                        out[(k, v)] = float(runner.time(inputs, repeat=self.repeat, warmup=self.warmup))
+                        try:
+                            out[(k, v)] = float(runner.time(inputs, repeat=self.repeat, warmup=self.warmup))
+                        except RollerError:
+                            raise
+                        except Exception as err:  # noqa: BLE001 - a launch the device refuses: not timed there
+                            self.failed.append(f"{trial.programs[k].line()} at {v}: {err.__class__.__name__}: {err}")
                     bar.step(f"timed at {v}")
         finally:
             bar.close()

@@ -269,6 +269,7 @@ def test_evaluated_set_is_chosen_and_dispatched_by_measured_times() -> None:
     ks = k.kernels
     assert ks is not None and ks.measured is not None
     assert len(ks.measured) == len(ks.programs) <= MAX_KERNELS
+    assert ks.samples == sample_sizes(1, 96, past=True)
     built = k.compiled
     for j, v in enumerate(ks.samples):
         timed = [i for i in range(len(ks.programs)) if np.isfinite(ks.measured[i][j])]
@@ -321,3 +322,11 @@ def test_build_eval_writes_a_dispatch_table_chosen_by_measured_times(tmp_path: o
     assert doc["chosen_by"] == "measured"
     assert all(row["measured_ms"] > 0 for row in doc["samples"])
     assert doc["dispatch"][0]["from"] == 1 and doc["dispatch"][-1]["to"] == 24
+
+
+def test_timed_sets_sample_the_sizes_just_past_each_sample() -> None:
+    """Where the device decides, each sample plus one is sampled too (17 rows under a 16-row tile cost 32)."""
+    plain = sample_sizes(1, 64)
+    past = sample_sizes(1, 64, past=True)
+    assert set(plain) < set(past)
+    assert {17, 25, 33, 49} <= set(past) and max(past) == 64 and 17 not in plain
