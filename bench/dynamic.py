@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -111,15 +110,12 @@ def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, ro
               f"{first_generic * 1e3:.1f} vs {first_exact * 1e3:.0f} ms", file=sys.stderr)
     ratios = [r["ratio"] for r in rows]
     out = {"op": label, "symbol": sym, "mode": gk.mode, "kernels": gk.compiled, "build_s": build_s,
-           "exact_kernels": len(sizes), "geomean_ratio": _geomean(ratios), "worst_ratio": max(ratios),
+           "exact_kernels": len(sizes), "geomean_ratio": statistics.geometric_mean(ratios), "worst_ratio": max(ratios),
            "rows": rows, "evaluated": evaluate}
     if evaluate:
-        out["geomean_ratio_eval"] = _geomean([r["ratio_eval"] for r in rows])
+        out["geomean_ratio_eval"] = statistics.geometric_mean([r["ratio_eval"] for r in rows])
     return out
 
-
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, hidden: int = 768,
@@ -247,7 +243,7 @@ def cnn_table(res: dict[str, Any]) -> str:
                      f"{r['exact_first_call_s']:.1f} | {r['max_abs_err']:.1e} |")
     ratios = [r["generic_vs_exact"] for r in res["rows"]]
     lines.append("")
-    lines.append(f"geomean generic / exact {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    lines.append(f"geomean generic / exact {statistics.geometric_mean(ratios):.2f}x")
     return "\n".join(lines)
 
 
@@ -262,7 +258,7 @@ def model_table(res: dict[str, Any]) -> str:
                      f"{r['exact_ms']:.2f} | {r['vs_exact']:.2f} | {r['onnxruntime_ms']:.2f} | {r['vs_ort']:.2f} | "
                      f"{r['exact_first_call_s']:.1f} | {r['max_abs_err']:.1e} |")
     ratios = [r["vs_exact"] for r in res["rows"]]
-    lines += ["", f"geomean Roller / exact {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x"]
+    lines += ["", f"geomean Roller / exact {statistics.geometric_mean(ratios):.2f}x"]
     return "\n".join(lines)
 
 
@@ -289,8 +285,8 @@ def table(results: list[dict[str, Any]], hw: str) -> str:
     allr = [r["ratio"] for res in results for r in res["rows"]]
     if not allr:
         return ""
-    lines.append(f"All sizes: geomean {_geomean(allr):.2f}x over {len(allr)} sizes"
-                 + (f"; against exact builds with top-10 timed {_geomean([r['ratio_eval'] for res in results for r in res['rows']]):.2f}x"
+    lines.append(f"All sizes: geomean {statistics.geometric_mean(allr):.2f}x over {len(allr)} sizes"
+                 + (f"; against exact builds with top-10 timed {statistics.geometric_mean([r['ratio_eval'] for res in results for r in res['rows']]):.2f}x"
                     if ev else ""))
     return "\n".join(lines)
 

@@ -406,7 +406,7 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate:
     run compiles them), the others built for each size at its first run; or why the model cannot run so.
     With ``evaluate``, each set is chosen by timing its operator's shortlist on this machine (DeviceTimer)."""
     from roller.construction import prepared
-    from roller.shape_generic import DeviceTimer, GenericKernel
+    from roller.shape_generic import DeviceTimer, GenericKernel, built_kernels
 
     t = time.perf_counter()
     if not backend.sub_grid:
@@ -427,7 +427,7 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate:
     sets: dict[str, KernelSet] = {}
     by_key: dict[str, KernelSet | str] = {}
     exact: dict[str, tuple[ScaledOp, str]] = {}
-    compiled: dict[tuple, tuple[Any, Any]] = {}  # program key -> (artifact, runner), from timing
+    compiled: dict[tuple, tuple[Any, Any]] = {}  # DeviceTimer.key(program) -> (artifact, runner), from timing
     for node in g.op_nodes:
         key = kernel_key(node)
         op = family.ops[node.output]
@@ -462,14 +462,13 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate:
                 del sets[node.output]
         layout = frozenset()
     kept = {id(ks): ks for ks in sets.values()}
-    artifacts = {i: [compiled[DeviceTimer.key(p)][0] if DeviceTimer.key(p) in compiled else backend.render(p, hw)
-                     for p in ks.programs] for i, ks in kept.items()}
+    built = {i: built_kernels(ks.programs, backend, hw, compiled) for i, ks in kept.items()}
+    artifacts = {i: arts for i, (arts, _) in built.items()}
     model = GenericModel(family, hw, backend, sets, artifacts, backend.device(), exact=exact,
                          greatest_layout=layout)
     for i, ks in kept.items():
         warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[i])
-        warm._runners.update({j: compiled[DeviceTimer.key(p)][1] for j, p in enumerate(ks.programs)
-                              if DeviceTimer.key(p) in compiled})
+        warm._runners.update(built[i][1])
         warm.warm()
         for j, r in warm._runners.items():
             model._runners[(i, j)] = r

@@ -140,10 +140,10 @@ class GenericKernel:
         for i, prog in enumerate(ks.programs):
             v = next((v for v in ks.samples if ks.choose(v) == i), self.op.ranges[ks.axis.symbol][0])
             values = {**base, ks.axis.symbol: v}
-            bound = random_inputs(self.op.instantiate(values), seed=1)
-            out = self._run(values, bound, i)
-            check_against(f"{self.name} at {ks.axis.symbol}={v}, kernel {i} ({prog.line()})",
-                          self.op.instantiate(values), bound, out)
+            expr = self.op.instantiate(values)
+            bound = random_inputs(expr, seed=1)
+            check_against(f"{self.name} at {ks.axis.symbol}={v}, kernel {i} ({prog.line()})", expr, bound,
+                          self._run(values, bound, i))
 
     def specialised(self, values: Mapping[str, int]) -> Any:
         """The ordinary kernel built for exactly these values (per-size mode; cached on disk like any op)."""
@@ -294,8 +294,7 @@ class DeviceTimer:
         self.op, self.hw, self.backend = op, hwd, be
         self.repeat, self.warmup, self.progress = repeat, warmup, progress
         self.compiled: dict[tuple, tuple[Any, Any]] = {}  # DeviceTimer.key(program) -> (artifact, runner)
-        self.failed: list[str] = []  # candidates that did not compile or run, and why
-        self.seconds = 0.0
+        self.failed: list[str] = []  # candidates that did not render, compile or run, and why (dispatch.json)
 
     @staticmethod
     def key(prog: RProgram) -> tuple:
@@ -306,16 +305,15 @@ class DeviceTimer:
         from concurrent.futures import ThreadPoolExecutor
 
         from roller.errors import CompileError, RollerError
-        from roller.evaluate import Progress
+        from roller.evaluate import Progress, _short
         from roller.numpy_reference import random_inputs
 
-        t0 = time.perf_counter()
         arts: dict[int, Any] = {}
         for k in sorted({k for k, _ in asked}):
             try:
                 arts[k] = self.backend.render(trial.programs[k], self.hw)
             except RollerError as err:  # a candidate this backend cannot render is not timed
-                self.failed.append(f"{trial.programs[k].line()}: {err}")
+                self.failed.append(f"{trial.programs[k].line()}: render: {_short(err)}")
         bar = Progress(len(arts) + len(asked), f"timing {self.op.name}'s kernel set", enabled=self.progress)
 
         def build(k: int) -> tuple[int, Any]:
@@ -324,7 +322,7 @@ class DeviceTimer:
                 try:
                     self.compiled[key] = (arts[k], self.backend.compile(arts[k], self.hw, None))
                 except CompileError as err:
-                    self.failed.append(f"{trial.programs[k].line()}: {err}")
+                    self.failed.append(f"{trial.programs[k].line()}: compile: {_short(err)}")
                     return k, None
             return k, self.compiled[key][1]
 
@@ -350,12 +348,21 @@ class DeviceTimer:
                         except RollerError:
                             raise
                         except Exception as err:  # noqa: BLE001 - a launch the device refuses: not timed there
-                            self.failed.append(f"{trial.programs[k].line()} at {v}: {err.__class__.__name__}: {err}")
+                            self.failed.append(f"{trial.programs[k].line()} at {v}: run: {err.__class__.__name__}: "
+                                               f"{_short(err)}")
                     bar.step(f"timed at {v}")
         finally:
             bar.close()
-        self.seconds += time.perf_counter() - t0
         return out
+
+
+def built_kernels(programs: Sequence[RProgram], be: Any, hwd: HardwareDesc, compiled: Mapping[tuple, tuple[Any, Any]]
+                  ) -> tuple[list[Any], dict[int, Any]]:
+    """Each program's artifact, and its runner by index where timing compiled it (``DeviceTimer.compiled``):
+    what the timer built is neither rendered nor compiled again."""
+    keys = [DeviceTimer.key(p) for p in programs]
+    arts = [compiled[k][0] if k in compiled else be.render(p, hwd) for k, p in zip(keys, programs)]
+    return arts, {i: compiled[k][1] for i, k in enumerate(keys) if k in compiled}
 
 
 def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10, evaluate: bool = False,
@@ -368,11 +375,9 @@ def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10,
     ks = kernel_set(op, hwd, be, timer)
     if isinstance(ks, str):
         return GenericKernel(op, hwd, be, None, why=ks, construction_s=time.perf_counter() - t, top_k=top_k)
-    done = timer.compiled if timer is not None else {}
-    keys = [DeviceTimer.key(p) for p in ks.programs]
-    arts = [done[k][0] if k in done else be.render(p, hwd) for k, p in zip(keys, ks.programs)]
+    arts, runners = built_kernels(ks.programs, be, hwd, timer.compiled if timer is not None else {})
     kernel = GenericKernel(op, hwd, be, ks, artifacts=arts, construction_s=time.perf_counter() - t, top_k=top_k)
-    kernel._runners.update({i: done[k][1] for i, k in enumerate(keys) if k in done})
+    kernel._runners.update(runners)
     if be.can_run_here():
         kernel.warm()
     if timer is not None:

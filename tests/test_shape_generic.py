@@ -319,7 +319,7 @@ def test_build_eval_writes_a_dispatch_table_chosen_by_measured_times(tmp_path: o
     assert run.returncode == 0, run.stderr
     assert "chosen by measured" in run.stdout
     doc = json.loads((folder / "out" / "mm_eval" / "dispatch.json").read_text())
-    assert doc["chosen_by"] == "measured"
+    assert doc["chosen_by"] == "measured" and doc["not_timed"] == []
     assert all(row["measured_ms"] > 0 for row in doc["samples"])
     assert doc["dispatch"][0]["from"] == 1 and doc["dispatch"][-1]["to"] == 24
 

@@ -63,6 +63,8 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
         ks.measured is not None else "model", **launch,
         "kernels": [], "dispatch": ks.intervals(), "samples": ks.table(),
     }
+    if timer is not None:
+        dispatch["not_timed"] = timer.failed  # candidates that did not render, compile or run here, and why
     out_dir = Path(args.output)
     tmp = output_staging(out_dir)
     try:
@@ -94,6 +96,5 @@ def build_generic(args: argparse.Namespace, op: SymbolicOp) -> int:
         lo, hi = op.ranges[ks.axis.symbol]
         print(f"{op.name}: wrote {out_dir / op.name}/ ({len(ks.programs)} kernels for {ks.axis.symbol} in [{lo}, "
               f"{hi}], from {ks.candidates} candidates in {construction_s:.2f} s, chosen by {dispatch['chosen_by']}; "
-              f"dispatch.json: "
-              f"{len(dispatch['dispatch'])} intervals)")
+              f"dispatch.json: {len(dispatch['dispatch'])} intervals)")
     return 0
