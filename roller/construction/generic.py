@@ -287,8 +287,11 @@ class KernelSet:
         repeated size costs a lookup)."""
         if value not in self._choice:
             self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
+            # Where none fits (the set is full): the least waste by the model, or every kept program where the
+            # set was timed (each was timed at the samples none fits, so the device decides there too).
             fit = [i for i, p in enumerate(self.programs) if _fits(p, self.axis, value, self.greatest)] or \
-                [min(range(len(self.programs)), key=lambda i: (self._waste(i, value), i))]
+                (list(range(len(self.programs))) if self.measured is not None else
+                 [min(range(len(self.programs)), key=lambda i: (self._waste(i, value), i))])
             self._choice[value] = min(fit, key=lambda i: (self.expected(i, value), i))
         return self._choice[value]
 
@@ -416,11 +419,14 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
             kept, measured = _count_cover(times, fits, COVER_SLACK, max_kernels), None
         else:
             # Every kept program at every sample it may serve, so that each size's choice is calibrated at the
-            # samples on both sides of it (a program timed only far away carried that error to other sizes).
+            # samples on both sides of it (a program timed only far away carried that error to other sizes), and
+            # at the samples none of them may serve (the set full before it reached them), which take the
+            # fastest there.
             final = KernelSet(op, hw, ax, [cands[i] for i in kept], samples, [times[i] for i in kept], len(cands))
             final._forms.update(forms)
+            unserved = {j for j in range(len(samples)) if not any(fits[i][j] for i in kept)}
             more = timer(final, [(k, samples[j]) for k, i in enumerate(kept) for j in range(len(samples))
-                                 if fits[i][j] and not math.isfinite(measured[k][j])])
+                                 if (fits[i][j] or j in unserved) and not math.isfinite(measured[k][j])])
             measured = [[more.get((k, v), t) for v, t in zip(samples, row)] for k, row in enumerate(measured)]
     programs = [dataclasses.replace(cands[i], prediction=predict_program(cands[i], hw)) for i in kept]
     ks = KernelSet(op, hw, ax, programs, samples, [times[i] for i in kept], len(cands), measured)
