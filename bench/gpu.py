@@ -26,14 +26,21 @@ import copy
 import datetime
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout
+
+from roller.atomic import write_atomic
+
 SUITES = {"roller119": ROOT / "bench/suites/roller119.json", "scaled": ROOT / "bench/suites/scaled.json"}
 #: GPU name substring -> bundled description
 DESCRIPTIONS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("V100", "v100"))
@@ -43,7 +50,9 @@ CONV_KINDS = ("conv2d", "depthwise_conv2d")
 TARGETS = {"gemm_float32": ("x cuBLAS", 0.9), "gemm_float16": ("x cuBLAS (tensor cores)", 0.8),
            "conv": ("x cuDNN (geomean)", 0.9), "memory": ("of copy bandwidth", 0.8)}
 #: the parameter that is the batch of each named op (halved to fit memory); None: the first dim of a shape
-BATCH_PARAM = {"conv2d": "N", "depthwise_conv2d": "N", "avgpool2d": "N", "maxpool2d": "N", "batch_matmul": "B"}
+#: (a matmul's rows are its batch: BERT's vocabulary projection M6 is 65536 tokens, 4 TFLOP and 8 GB)
+BATCH_PARAM = {"conv2d": "N", "depthwise_conv2d": "N", "avgpool2d": "N", "maxpool2d": "N", "batch_matmul": "B",
+               "matmul": "M"}
 
 
 @dataclass
@@ -79,11 +88,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-gib", type=float, default=8.0, help="tensor bytes per op before the batch is halved")
     ap.add_argument("--max-gflop", type=float, default=200.0,
                     help="numpy reference work per op before the batch is halved")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds after which no further op is started (the report covers the ops run)")
+    ap.add_argument("--precompile", action="store_true",
+                    help="no GPU: compile every candidate for --hw's target (default h200) into the roller cache, "
+                         "so that a run on the GPU (with that cache) loads them without compiling")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at a time")
     ap.add_argument("--md", type=Path, default=None, help="write the markdown table here")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
-    if args.top_k < 1 or args.repeat < 1 or args.max_gib <= 0 or args.max_gflop <= 0:
-        ap.error("--top-k, --repeat, --max-gib and --max-gflop must be positive")
+    if args.top_k < 1 or args.repeat < 1 or args.jobs < 1 or args.max_gib <= 0 or args.max_gflop <= 0:
+        ap.error("--top-k, --repeat, --jobs, --max-gib and --max-gflop must be positive")
+    if args.deadline is not None and args.deadline <= 0:
+        ap.error("--deadline must be positive")
     return args
 
 
@@ -149,7 +166,21 @@ def select_ops(suite: str, names: str | None, fp16: bool, max_gib: float, max_gf
         if missing:
             raise SystemExit(f"bench/gpu.py: --ops: no op named {', '.join(missing)} in {suite}")
         ops = [o for o in ops if o["name"] in wanted]
-    return [shrink_batch(o, max_gib * 2**30, max_gflop) for o in ops]
+    return interleaved([shrink_batch(o, max_gib * 2**30, max_gflop) for o in ops])
+
+
+def interleaved(ops: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
+    """The ops taken in turn from each (kind, dtype), each group in its own order: a run stopped by --deadline
+    then reports on every kind."""
+    groups: dict[tuple[str, str], list[tuple[dict, str]]] = {}
+    for item in ops:
+        groups.setdefault((item[0].get("op", "generic"), item[0].get("dtype", "float32")), []).append(item)
+    out: list[tuple[dict, str]] = []
+    while any(groups.values()):
+        for g in groups.values():
+            if g:
+                out.append(g.pop(0))
+    return out
 
 
 def description_for(gpu_name: str) -> str:
@@ -263,29 +294,70 @@ def copy_bandwidth(repeat: int) -> float:
     return 2 * src.nbytes / secs / 1e9
 
 
-def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_gbps: float) -> Row:
+#: kernel time each candidate is timed for at most (long candidates get fewer launches, at least 3)
+TIME_BUDGET_S = 0.05
+
+
+def candidates(op: dict, hw: Any, be: Any, top_k: int) -> tuple[Any, list[Any]]:
+    """(the op's TensorExpr, its top-k rPrograms) for ``hw``."""
     from roller.construction import construct
-    from roller.errors import CheckError
-    from roller.evaluate import check_against
     from roller.ir import load_ops
-    from roller.numpy_reference import random_inputs
 
     expr = load_ops(op)[0]
+    return expr, construct(expr, hw, top_k=top_k, matrix=be.matrix_support)
+
+
+def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int) -> list[str]:
+    """Compile the programs' kernels for ``target`` into the roller cache, ``jobs`` at a time (a cached kernel is
+    not compiled again); the errors, one line each, of those that failed."""
+    from roller.backends.cuda.toolchain import compile_unit
+    from roller.errors import RollerError
+
+    def one(prog: Any) -> str:
+        try:
+            art = be.render(prog, hw)
+            res = compile_unit(art.source, target, None, art.kernel_name, keep_cubin=True)
+            if res.cubin is not None:
+                shutil.rmtree(res.cubin.parent, ignore_errors=True)
+            return ""
+        except RollerError as err:
+            return str(err).splitlines()[0]
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return [e for e in pool.map(one, progs) if e]
+
+
+def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_gbps: float, jobs: int,
+           checks: ThreadPoolExecutor) -> tuple[Row, Future | None]:
+    """Time the op's top-k on the GPU and its vendor baseline; the check of the fastest against roller.reference
+    runs in ``checks`` (its future fills the row's check fields) while the next op is timed."""
+    from roller.backends.cuda.launcher import device_target
+    from roller.errors import CheckError
+    from roller.evaluate import check_against
+    from roller.numpy_reference import random_inputs
+
+    expr, progs = candidates(op, hw, be, top_k)
     dtype = expr.inputs[0].dtype if expr.inputs else expr.output.dtype
     kind = op.get("op", "generic")
     row = Row(op["name"], kind, dtype, category(kind, dtype), shrunk=note)
+    compile_all(progs, hw, be, device_target(), jobs)  # failures are met again, and reported, below
     x = random_inputs(expr, seed=0)
     host = [x[t.name] for t in expr.inputs]
     best: tuple[float, Any, Any] | None = None
-    for i, prog in enumerate(construct(expr, hw, top_k=top_k, matrix=be.matrix_support)):
+    dev: list[Any] | None = None
+    for i, prog in enumerate(progs):
         try:
             runner = be.compile(be.render(prog, hw), hw)
-            dev = runner.upload(host)
+            dev = dev if dev is not None else runner.upload(host)
             out = runner.alloc_output()
-            secs = runner.time_device(dev, out, repeat=repeat)
+            once = runner.time_device(dev, out, repeat=1, warmup=1)
+            reps = max(3, min(repeat, int(TIME_BUDGET_S / max(once, 1e-7))))
+            # a candidate 4x slower than the best so far cannot become the best: its one launch is its time
+            slow = best is not None and once > 4 * best[0]
+            secs = once if slow else runner.time_device(dev, out, repeat=reps, warmup=0)
         except Exception as err:  # noqa: BLE001 - one failing candidate is reported, the rest still run
             row.candidates.append(None)
-            row.error = row.error or f"candidate {i + 1}: {err}"
+            row.error = row.error or f"candidate {i + 1}: {str(err).splitlines()[0] if str(err) else err!r}"
             continue
         row.candidates.append(secs * 1e3)
         if i == 0:
@@ -293,15 +365,19 @@ def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_
         if best is None or secs < best[0]:
             best = (secs, prog, runner)
     if best is None:
-        return row
+        return row, None
     secs, prog, runner = best
     row.roller_ms, row.line = secs * 1e3, prog.line() + (" | wmma" if prog.use_matrix else "")
     y = runner(host)
-    try:
-        _, max_rel = check_against(expr.name, expr, x, y)
-        row.ok, row.max_rel_err = True, max_rel
-    except CheckError as err:
-        row.ok, row.error = False, row.error or str(err)
+
+    def check() -> None:
+        try:
+            _, max_rel = check_against(expr.name, expr, x, y)
+            row.ok, row.max_rel_err = True, max_rel
+        except CheckError as err:
+            row.ok, row.error = False, row.error or str(err).splitlines()[0]
+
+    pending = checks.submit(check)
     gflop = math.prod(a.extent for a in expr.axes) * expr.flops_per_point / 1e9
     if row.category == "memory":
         nbytes = sum(math.prod(t.shape) * t.itemsize for t in expr.tensors)
@@ -310,14 +386,46 @@ def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_
         row.baseline_ms = nbytes / (copy_gbps * 1e9) * 1e3
     else:
         row.rate = f"{gflop / secs / 1e3:.1f} TFLOP/s"
-        name, base = _baseline(kind, op, expr, runner.upload(host), repeat)
+        assert dev is not None
+        name, base = _baseline(kind, op, expr, dev, repeat)
         if base is not None:
             row.baseline, row.baseline_ms, row.ratio = name, base * 1e3, base / secs
-    return row
+    return row, pending
+
+
+def precompile(args: argparse.Namespace) -> int:
+    """--precompile: every candidate of the selected ops compiled for --hw's target, no GPU needed."""
+    import roller.hw as H
+    from roller.backends import get
+
+    hw = H.load(args.hw or "h200")
+    be = get("cuda")
+    ops = select_ops(args.suite, args.ops, args.fp16, args.max_gib, args.max_gflop)
+    t0, failed = time.time(), 0
+    for n, (op, _) in enumerate(ops):
+        _, progs = candidates(op, hw, be, args.top_k)
+        errors = compile_all(progs, hw, be, hw.target, args.jobs)
+        failed += len(errors)
+        print(f"[{n + 1}/{len(ops)}] {op['name']}: {len(progs)} kernels for {hw.target}"
+              + (f", {len(errors)} failed: {errors[0]}" if errors else "") + f" ({time.time() - t0:.0f} s)",
+              file=sys.stderr, flush=True)
+    return 4 if failed else 0
+
+
+def write_report(args: argparse.Namespace, rows: Sequence[Row], meta: dict[str, Any]) -> str:
+    text = markdown(rows, meta)
+    if args.md:
+        write_atomic(args.md, text.encode())
+    if args.json:
+        doc = {"meta": meta, "rows": [asdict(r) for r in rows], "summary": summary(rows)}
+        write_atomic(args.json, json.dumps(doc, indent=2).encode())
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.precompile:
+        return precompile(args)
     import roller.hw as H
     from roller.backends import get
     from roller.backends.cuda.launcher import device_name
@@ -336,25 +444,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         cudnn = f"torch {torch.__version__}" if torch.cuda.is_available() else "none (torch without CUDA)"
+        # Roller's float32 kernels compute in float32: cuDNN is held to the same (no TF32 tensor cores).
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     except ImportError:
         cudnn = "none (torch not installed)"
-    rows = []
+    rows: list[Row] = []
     t0 = time.time()
-    for n, (op, note) in enumerate(ops):
-        row = run_op(op, note, hw, be, args.top_k, args.repeat, copy_gbps)
-        rows.append(row)
-        print(f"[{n + 1}/{len(ops)}] {row.name}: roller {row.roller_ms} ms, {row.baseline or 'no baseline'} "
-              f"{row.baseline_ms} ms, ratio {row.ratio}, check {row.ok} {row.error}", file=sys.stderr, flush=True)
     meta = {"device": gpu, "hw": hw.name, "date": datetime.date.today().isoformat(), "suite": args.suite,
             "top_k": args.top_k, "repeat": args.repeat, "copy_gbps": copy_gbps, "cudnn": cudnn,
-            "seconds": time.time() - t0}
-    text = markdown(rows, meta)
-    if args.md:
-        args.md.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
-                                         "summary": summary(rows)}, indent=2))
-    print(text)
+            "ops_selected": len(ops)}
+    with ThreadPoolExecutor(max_workers=4) as checks:
+        pending: list[Future] = []
+        for n, (op, note) in enumerate(ops):
+            if args.deadline is not None and time.time() - t0 > args.deadline:
+                print(f"bench/gpu.py: --deadline {args.deadline:g} s reached after {n} of {len(ops)} ops",
+                      file=sys.stderr)
+                break
+            row, check = run_op(op, note, hw, be, args.top_k, args.repeat, copy_gbps, args.jobs, checks)
+            rows.append(row)
+            pending += [check] if check is not None else []
+            print(f"[{n + 1}/{len(ops)}] {row.name}: roller {row.roller_ms} ms (top-1 {row.top1_ms}), "
+                  f"{row.baseline or 'no baseline'} {row.baseline_ms} ms, ratio {row.ratio} {row.error}",
+                  file=sys.stderr, flush=True)
+            write_report(args, rows, {**meta, "seconds": time.time() - t0, "complete": False})
+        for f in pending:
+            f.result()
+    meta.update(seconds=time.time() - t0, complete=len(rows) == len(ops))
+    print(write_report(args, rows, meta))
     bad = [r for r in rows if r.ok is False or r.roller_ms is None]
     return 4 if bad else 0
 

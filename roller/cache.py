@@ -392,6 +392,31 @@ def store_result(kind: str, key: str, body: Any) -> None:
         pass
 
 
+def store_blob(kind: str, key: str, data: bytes) -> str:
+    """Store ``data`` beside the document (``kind``, ``key``) and return its sha256, which the document keeps
+    so that ``load_blob`` can tell a damaged file; nothing is raised when the cache cannot be written."""
+    digest = _sha(data)
+    if enabled():
+        try:
+            path = _result_path(kind, key).with_suffix(".bin")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data)
+        except OSError:
+            pass
+    return digest
+
+
+def load_blob(kind: str, key: str, digest: str) -> bytes | None:
+    """The bytes ``store_blob`` kept for (``kind``, ``key``) if their sha256 is ``digest``, else None."""
+    if not enabled():
+        return None
+    try:
+        data = _read_regular(_result_path(kind, key).with_suffix(".bin"))
+    except Damaged:
+        return None
+    return data if _sha(data) == digest else None
+
+
 # -- checksummed text files (descriptions measured here) ----------------------------------------------------
 
 CHECKED_PREFIX = "# roller-cache sha256="

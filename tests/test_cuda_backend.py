@@ -116,6 +116,28 @@ def test_float16_scalar_kernel_compiles() -> None:
 
 
 @pytest.mark.nvcc
+def test_runner_cubins_are_cached_with_their_reports(private_cache: Path) -> None:
+    """A runner's compile (keep_cubin) stores the cubin beside the report: compiled on a machine without a GPU,
+    it loads on one with no compiler run; a damaged cubin is compiled again, never loaded."""
+    _needs("sm_90")
+    hw = H.load("h200")
+    op = load_ops({"op": "matmul", "M": 64, "N": 64, "K": 32})[0]
+    art = CUDA.render(construct(op, hw, top_k=1)[0], hw)
+    first = compile_unit(art.source, "sm_90", None, art.kernel_name, keep_cubin=True)
+    assert not first.cached and first.cubin is not None
+    blob = first.cubin.read_bytes()
+    again = compile_unit(art.source, "sm_90", None, art.kernel_name, keep_cubin=True)
+    assert again.cached and again.cubin is not None and again.cubin.read_bytes() == blob
+    report_only = compile_unit(art.source, "sm_90", None, art.kernel_name)
+    assert report_only.cached and report_only.cubin is None
+    (stored,) = private_cache.glob("results/cuda/*/*.bin")
+    stored.write_bytes(blob[:100])
+    redone = compile_unit(art.source, "sm_90", None, art.kernel_name, keep_cubin=True)
+    assert not redone.cached and redone.cubin is not None and redone.cubin.read_bytes() == blob
+    assert stored.read_bytes() == blob
+
+
+@pytest.mark.nvcc
 def test_dynamic_shared_memory_above_48k() -> None:
     """With the opt-in limit in the description, tiles over 48 KiB come from dynamic shared memory (static
     arrays cannot exceed 48 KiB) and launch.json says how much to request."""

@@ -272,19 +272,30 @@ def repro_command(path: Path, target: str, compiler: str) -> str:
 def compile_unit(source: str, target: str, workdir: Path | None, name: str, keep_cubin: bool = False,
                  use_cache: bool = True) -> UnitResult:
     """Compile ``source`` (one or many kernels) to a cubin for ``target``; CompileError with the log, the
-    kernel file and a repro command when the compiler fails. ``name`` names the file (``<name>.cu``)."""
+    kernel file and a repro command when the compiler fails. ``name`` names the file (``<name>.cu``).
+
+    ``keep_cubin`` (the runner's) caches the cubin with the report, so that kernels compiled on a machine
+    without a GPU (``bench/gpu.py --precompile``) load on one without a compiler run there."""
     compiler = compiler_for(target)
     key = _key(source, target, compiler)
-    cached = use_cache and not keep_cubin
-    if cached:
-        hit = _from_doc(cache.load_result("cuda", key))
-        if hit is not None:
-            return hit
     folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="roller-cuda-"))
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.cu"
-    path.write_text(source)
     cubin_path = path.with_suffix(f".{target}.cubin")
+    if use_cache:
+        doc = cache.load_result("cuda", key)
+        hit = _from_doc(doc)
+        if hit is not None and not keep_cubin:
+            if workdir is None:
+                shutil.rmtree(folder, ignore_errors=True)
+            return hit
+        cubin = _cached_cubin(doc, key) if hit is not None else None
+        if hit is not None and cubin is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            cubin_path.write_bytes(cubin)
+            hit.cubin = cubin_path
+            return hit
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
     t0 = time.perf_counter()
     if compiler == "nvcc":
         cmd = [nvcc_path() or "nvcc", "-cubin", f"-arch={target}", *NVCC_FLAGS, "-o", str(cubin_path), str(path)]
@@ -304,12 +315,15 @@ def compile_unit(source: str, target: str, workdir: Path | None, name: str, keep
                            f"kernel: {path}\nrepro: {repro_command(path, target, compiler)}")
     usage = parse_ptxas(log)
     result = UnitResult(target, compiler, usage, log, secs, cubin=cubin_path if keep_cubin else None)
+    if use_cache:
+        doc = _to_doc(result)
+        if keep_cubin:
+            doc["cubin_sha256"] = cache.store_blob("cuda", key, cubin_path.read_bytes())
+        cache.store_result("cuda", key, doc)
     if not keep_cubin:
         cubin_path.unlink(missing_ok=True)
         if workdir is None:
             shutil.rmtree(folder, ignore_errors=True)
-    if cached:
-        cache.store_result("cuda", key, _to_doc(result))
     return result
 
 
@@ -341,6 +355,12 @@ def _from_doc(doc: Any) -> UnitResult | None:
 def _to_doc(r: UnitResult) -> dict[str, Any]:
     return {"target": r.target, "compiler": r.compiler, "seconds": r.seconds, "log": r.log,
             "usage": {k: u.to_json() for k, u in r.usage.items()}}
+
+
+def _cached_cubin(doc: Any, key: str) -> bytes | None:
+    """The cubin stored with a report (a runner's compile), else None (a compile check's report)."""
+    digest = doc.get("cubin_sha256") if isinstance(doc, dict) else None
+    return cache.load_blob("cuda", key, digest) if isinstance(digest, str) else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one command, for a lent GPU and a few minutes on it (each step under its own
+# time limit; a step that fails or runs out leaves the others running). Prepare on a machine without a GPU:
+#
+#   ROLLER_CACHE_DIR=$PWD/.gpucache/roller python bench/gpu.py --precompile --suite scaled --fp16
+#   ROLLER_CACHE_DIR=$PWD/.gpucache/roller python bench/gpu.py --precompile --suite roller119 --fp16 --max-gflop 20
+#   python bench/gpu_checks.py skeletons --out .gpucache/skel
+#   ROLLER_CACHE_DIR=$PWD/.gpucache/roller python bench/gpu_checks.py precompile --skeletons .gpucache/skel
+#
+#   mkdir -p .gpucarry && tar cJf .gpucarry/gpucache.tar.xz .gpucache   # 30 MB of cubins travel as 2-3 MB
+#
+# then on the GPU machine, from the checkout with .gpucarry (or .gpucache) in it: bash bench/gpu_session.sh OUT_DIR
+# OUT_DIR gets eight files: env.txt, log.txt, sanitizer.txt and the JSON of each step.
+set -u
+out=${1:?usage: bench/gpu_session.sh OUT_DIR}
+mkdir -p "$out"
+[ -d .gpucache ] || tar xJf .gpucarry/gpucache.tar.xz
+export ROLLER_CACHE_DIR=$PWD/.gpucache/roller PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+py=${PYTHON:-python3}
+log=$out/log.txt
+step() {  # step SECONDS NAME COMMAND...: one check, its time and exit status in the log
+    local limit=$1 name=$2; shift 2
+    local t0=$SECONDS
+    echo "== $name (limit ${limit}s)" >>"$log"
+    timeout "$limit" "$@" >>"$log" 2>&1
+    echo "== $name: exit $? after $((SECONDS - t0))s" >>"$log"
+}
+{
+    nvidia-smi; nvcc --version; $py --version
+    $py -c "import cupy, numpy, scipy, onnx, onnxruntime, torch; print('cupy', cupy.__version__, 'numpy',
+numpy.__version__, 'scipy', scipy.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__,
+'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+    $py -c "from roller.backends.cuda import toolchain as t; print('roller sees:', t.gpu_present(), t.version_text())"
+    ls "$ROLLER_CACHE_DIR/results/cuda" | wc -l
+} >"$out/env.txt" 2>&1
+step 45 "scaled suite" $py bench/gpu.py --hw h200 --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
+step 170 "paper suite" $py bench/gpu.py --hw h200 --suite roller119 --fp16 --max-gflop 20 --deadline 140 \
+    --json "$out/gpu-roller119.json"
+step 60 "models" $py bench/gpu_checks.py models --skeletons .gpucache/skel --json "$out/models.json"
+step 40 "memcheck" compute-sanitizer --tool memcheck --log-file "$out/sanitizer.txt" $py bench/gpu_checks.py sample
+step 40 "racecheck" compute-sanitizer --tool racecheck --log-file "$out/racecheck.txt" \
+    $py bench/gpu_checks.py sample
+cat "$out/racecheck.txt" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/racecheck.txt"
+step 60 "fidelity" $py bench/fidelity.py --hw h200 --backend cuda --json "$out/fidelity.json"
+step 50 "dynamic" $py bench/gpu_checks.py dynamic --json "$out/dynamic.json"
