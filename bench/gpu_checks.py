@@ -109,8 +109,10 @@ def restored(skeleton: Path, folder: Path) -> Path:
         data[int(info["offset"]):int(info["offset"]) + 4 * n] = \
             rng.normal(mean, std, n).astype(np.float32).tobytes()
     (folder / WEIGHTS).write_bytes(bytes(data))
+    (folder / "graph.onnx").write_bytes(skeleton.read_bytes())
+    whole = onnx.load(folder / "graph.onnx")   # the weights read back in: one self-contained file
     path = folder / skeleton.name
-    path.write_bytes(skeleton.read_bytes())
+    onnx.save_model(whole, path)
     return path
 
 
