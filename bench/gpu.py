@@ -94,6 +94,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="no GPU: compile every candidate for --hw's target (default h200) into the roller cache, "
                          "so that a run on the GPU (with that cache) loads them without compiling")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at a time")
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="an earlier --json of the same selection: its ops are kept, not run again (a run its "
+                         "--deadline stopped goes on where it stopped)")
     ap.add_argument("--md", type=Path, default=None, help="write the markdown table here")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -412,6 +415,16 @@ def precompile(args: argparse.Namespace) -> int:
     return 4 if failed else 0
 
 
+def resumed(path: Path, names: set[str]) -> tuple[list[Row], dict[str, Any]]:
+    """The rows of an earlier --json run of the ops ``names`` (others dropped) and its meta."""
+    try:
+        doc = json.loads(path.read_text())
+        rows = [Row(**r) for r in doc["rows"] if r["name"] in names]
+        return rows, dict(doc["meta"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"bench/gpu.py: --resume {path}: not a bench/gpu.py --json output ({err})") from None
+
+
 def write_report(args: argparse.Namespace, rows: Sequence[Row], meta: dict[str, Any]) -> str:
     text = markdown(rows, meta)
     if args.md:
@@ -454,6 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {"device": gpu, "hw": hw.name, "date": datetime.date.today().isoformat(), "suite": args.suite,
             "top_k": args.top_k, "repeat": args.repeat, "copy_gbps": copy_gbps, "cudnn": cudnn,
             "ops_selected": len(ops)}
+    selected = len(ops)
+    if args.resume:
+        rows, earlier = resumed(args.resume, {o["name"] for o, _ in ops})
+        ops = [(o, n) for o, n in ops if o["name"] not in {r.name for r in rows}]
+        meta["resumed"] = {"ops": len(rows), "copy_gbps": earlier.get("copy_gbps"), "date": earlier.get("date")}
     with ThreadPoolExecutor(max_workers=4) as checks:
         pending: list[Future] = []
         for n, (op, note) in enumerate(ops):
@@ -467,10 +485,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[{n + 1}/{len(ops)}] {row.name}: roller {row.roller_ms} ms (top-1 {row.top1_ms}), "
                   f"{row.baseline or 'no baseline'} {row.baseline_ms} ms, ratio {row.ratio} {row.error}",
                   file=sys.stderr, flush=True)
-            write_report(args, rows, {**meta, "seconds": time.time() - t0, "complete": False})
+            write_report(args, rows, {**meta, "seconds": time.time() - t0, "complete": len(rows) == selected})
         for f in pending:
             f.result()
-    meta.update(seconds=time.time() - t0, complete=len(rows) == len(ops))
+    meta.update(seconds=time.time() - t0, complete=len(rows) == selected)
     print(write_report(args, rows, meta))
     bad = [r for r in rows if r.ok is False or r.roller_ms is None]
     return 4 if bad else 0

@@ -16,6 +16,7 @@ and checks the model on the GPU against onnxruntime on the same weights. Kernels
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import statistics
@@ -234,12 +235,64 @@ def models(skel: Path, hw_name: str, repeat: int, save: Callable[[Any], None]) -
             row.update({k: v for k, v in m.summary().items() if k.startswith("kernels") or k == "peak_bytes"})
             m.executor.run(feeds)
             row["roller_ms"] = statistics.median(m.executor.time(feeds, repeat=repeat, warmup=2)) * 1e3
+            row.update(step_times(m, repeat))
+            row.update(torch_baseline(name, repeat))
         except Exception as err:  # noqa: BLE001 - reported per model, the others still run
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         print(f"{name}: {row}", file=sys.stderr, flush=True)
         rows.append(row)
         save(rows)
     return rows
+
+
+def step_times(m: Any, repeat: int) -> dict[str, Any]:
+    """Where a run's time goes: each kernel launch of the plan timed alone (CUDA events, median of ``repeat``)
+    on the executor's buffers, summed, and the copies counted."""
+    from roller.backends.cuda.launcher import time_events
+    from roller.graph.memory import KernelStep
+
+    ex = m.executor
+    kernels = []
+    for step in m.plan.steps:
+        if isinstance(step, KernelStep):
+            launch = functools.partial(ex.runners[step.kernel].launch, [ex.buffers[b] for b in step.args])
+            kernels.append((step.kernel, time_events(launch, repeat) * 1e3))
+    top = sorted(kernels, key=lambda kv: -kv[1])[:5]
+    return {"kernel_sum_ms": sum(t for _, t in kernels), "copies": len(m.plan.steps) - len(kernels),
+            "slowest_kernels_ms": [[k, t] for k, t in top]}
+
+
+def torch_baseline(name: str, repeat: int) -> dict[str, Any]:
+    """The same architecture in PyTorch (bench/zoo's definition, its own random weights) on the GPU, eager,
+    float32 without TF32: cuDNN and cuBLAS through the framework, the time a user would otherwise get."""
+    try:
+        return _torch_eager(name, repeat)
+    except Exception as err:  # noqa: BLE001 - no baseline is a row without one, not a failed check
+        return {"torch_error": f"{type(err).__name__}: {err}"}
+
+
+def _torch_eager(name: str, repeat: int) -> dict[str, Any]:
+    import torch
+
+    from bench.zoo import SPECS
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    spec = SPECS[name]
+    model = spec.build().eval().cuda()
+    feeds = [torch.as_tensor(v).cuda() for v in spec.example_inputs().values()]
+    times = []
+    with torch.no_grad():
+        for i in range(repeat + 5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            model(*feeds)
+            end.record()
+            end.synchronize()
+            if i >= 5:
+                times.append(start.elapsed_time(end))
+    return {"torch_eager_ms": statistics.median(times), "torch": torch.__version__}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

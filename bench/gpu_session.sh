@@ -10,7 +10,9 @@
 #   mkdir -p .gpucarry && tar cJf .gpucarry/gpucache.tar.xz .gpucache   # 30 MB of cubins travel as 2-3 MB
 #
 # then on the GPU machine, from the checkout with .gpucarry (or .gpucache) in it: bash bench/gpu_session.sh OUT_DIR
-# OUT_DIR gets eight files: env.txt, log.txt, sanitizer.txt and the JSON of each step.
+# OUT_DIR gets eight files: env.txt, log.txt, sanitizer.txt and the JSON of each step. STEPS (default: all of
+# scaled paper models sanitizer fidelity dynamic) picks steps; a .gpucarry/gpu-roller119.json from an earlier
+# session's paper step is resumed (its ops are kept, the others run).
 set -u
 out=${1:?usage: bench/gpu_session.sh OUT_DIR}
 mkdir -p "$out"
@@ -18,8 +20,10 @@ mkdir -p "$out"
 export ROLLER_CACHE_DIR=$PWD/.gpucache/roller PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 py=${PYTHON:-python3}
 log=$out/log.txt
+steps=${STEPS:-scaled paper models sanitizer fidelity dynamic}
 step() {  # step SECONDS NAME COMMAND...: one check, its time and exit status in the log
     local limit=$1 name=$2; shift 2
+    case " $steps " in *" ${name%% *} "*) ;; *) return ;; esac
     local t0=$SECONDS
     echo "== $name (limit ${limit}s)" >>"$log"
     timeout "$limit" "$@" >>"$log" 2>&1
@@ -33,12 +37,13 @@ numpy.__version__, 'scipy', scipy.__version__, 'onnx', onnx.__version__, 'onnxru
     $py -c "from roller.backends.cuda import toolchain as t; print('roller sees:', t.gpu_present(), t.version_text())"
     ls "$ROLLER_CACHE_DIR/results/cuda" | wc -l
 } >"$out/env.txt" 2>&1
-step 45 "scaled suite" $py bench/gpu.py --hw h200 --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
-step 170 "paper suite" $py bench/gpu.py --hw h200 --suite roller119 --fp16 --max-gflop 20 --deadline 140 \
-    --json "$out/gpu-roller119.json"
+step 45 "scaled" $py bench/gpu.py --hw h200 --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
+resume=(); [ -f .gpucarry/gpu-roller119.json ] && resume=(--resume .gpucarry/gpu-roller119.json)
+step "${PAPER_S:-170}" "paper" $py bench/gpu.py --hw h200 --suite roller119 --fp16 --max-gflop 20 \
+    --deadline $(( ${PAPER_S:-170} - 30 )) "${resume[@]}" --json "$out/gpu-roller119.json"
 step 60 "models" $py bench/gpu_checks.py models --skeletons .gpucache/skel --json "$out/models.json"
-step 40 "memcheck" compute-sanitizer --tool memcheck --log-file "$out/sanitizer.txt" $py bench/gpu_checks.py sample
-step 40 "racecheck" compute-sanitizer --tool racecheck --log-file "$out/racecheck.txt" \
+step 40 "sanitizer memcheck" compute-sanitizer --tool memcheck --log-file "$out/sanitizer.txt" $py bench/gpu_checks.py sample
+step 40 "sanitizer racecheck" compute-sanitizer --tool racecheck --log-file "$out/racecheck.txt" \
     $py bench/gpu_checks.py sample
 cat "$out/racecheck.txt" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/racecheck.txt"
 step 60 "fidelity" $py bench/fidelity.py --hw h200 --backend cuda --json "$out/fidelity.json"
