@@ -69,27 +69,33 @@ def _bench_gpu() -> Any:
 # -- here: skeletons and their kernels --------------------------------------------------------------------------
 
 def skeletons(out: Path) -> None:
-    """Each zoo model as ``<name>.onnx`` (graph, weights external) plus ``<name>.json`` (each weight's mean and
-    deviation); the weights themselves are not written."""
+    """Each zoo model (``python -m bench.zoo``) as a skeleton in ``out``."""
+    from bench.zoo import default_dir
+
+    for name in MODELS:
+        n = skeleton(default_dir() / f"{name}.onnx", out)
+        print(f"{name}: {n} weights described", file=sys.stderr)
+
+
+def skeleton(model_path: Path, out: Path) -> int:
+    """The model as ``<stem>.onnx`` in ``out`` (graph; float32 weights of 1 KiB or more external, their data not
+    written) and ``<stem>.json`` (each such weight's mean and deviation); the number of weights described."""
     import onnx
     from onnx import numpy_helper
 
-    from bench.zoo import default_dir
-
     out.mkdir(parents=True, exist_ok=True)
-    for name in MODELS:
-        model = onnx.load(default_dir() / f"{name}.onnx")
-        stats = {}
-        for init in model.graph.initializer:
-            a = numpy_helper.to_array(init)
-            if a.dtype == np.float32 and a.nbytes >= 1024:
-                stats[init.name] = [float(a.mean()), float(a.std())]
-        with tempfile.TemporaryDirectory() as tmp:
-            onnx.save_model(model, Path(tmp) / f"{name}.onnx", save_as_external_data=True,
-                            all_tensors_to_one_file=True, location=WEIGHTS, size_threshold=1024)
-            write_atomic(out / f"{name}.onnx", (Path(tmp) / f"{name}.onnx").read_bytes())
-        write_atomic(out / f"{name}.json", json.dumps(stats).encode())
-        print(f"{name}: {len(stats)} weights described", file=sys.stderr)
+    model = onnx.load(model_path)
+    stats = {}
+    for init in model.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.dtype == np.float32 and a.nbytes >= 1024:
+            stats[init.name] = [float(a.mean()), float(a.std())]
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save_model(model, Path(tmp) / model_path.name, save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=WEIGHTS, size_threshold=1024)
+        write_atomic(out / model_path.name, (Path(tmp) / model_path.name).read_bytes())
+    write_atomic((out / model_path.name).with_suffix(".json"), json.dumps(stats).encode())
+    return len(stats)
 
 
 def restored(skeleton: Path, folder: Path) -> Path:

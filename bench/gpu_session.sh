@@ -12,7 +12,7 @@
 # then on the GPU machine, from the checkout with .gpucarry (or .gpucache) in it: bash bench/gpu_session.sh OUT_DIR
 # OUT_DIR gets eight files: env.txt, log.txt, sanitizer.txt and the JSON of each step. STEPS (default: all of
 # scaled paper models sanitizer fidelity dynamic) picks steps; a .gpucarry/gpu-roller119.json from an earlier
-# session's paper step is resumed (its ops are kept, the others run).
+# session's paper step is resumed (its ops are kept, the others run); PAPER_OPS=M1,M2 runs those ops alone.
 set -u
 out=${1:?usage: bench/gpu_session.sh OUT_DIR}
 mkdir -p "$out"
@@ -39,6 +39,7 @@ numpy.__version__, 'scipy', scipy.__version__, 'onnx', onnx.__version__, 'onnxru
 } >"$out/env.txt" 2>&1
 step 45 "scaled" $py bench/gpu.py --hw h200 --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
 resume=(); [ -f .gpucarry/gpu-roller119.json ] && resume=(--resume .gpucarry/gpu-roller119.json)
+[ -n "${PAPER_OPS:-}" ] && resume+=(--ops "$PAPER_OPS")
 step "${PAPER_S:-170}" "paper" $py bench/gpu.py --hw h200 --suite roller119 --fp16 --max-gflop 20 \
     --deadline $(( ${PAPER_S:-170} - 30 )) "${resume[@]}" --json "$out/gpu-roller119.json"
 step 60 "models" $py bench/gpu_checks.py models --skeletons .gpucache/skel --json "$out/models.json"

@@ -117,6 +117,17 @@ def test_classifier_layer_triggers_shrinking() -> None:
     assert {p.key() for p in shrunk} - {p.key() for p in plain}
 
 
+def test_shrinking_halves_thread_tiles_too() -> None:
+    """The paper's shrink halves every level: besides the block-only variant (fewer threads per block), a
+    variant keeps the threads per block and halves the thread tile. On an H200 the model then ranks a
+    grid that fills the 132 units first for 128x1000x4032 (the unshrunk top-1 ran 8 blocks, 0.81 ms)."""
+    op = {"op": "matmul", "M": 128, "N": 1000, "K": 4032}
+    top = construct(op, "h200", top_k=10)
+    assert top[0].grid >= 132 and top[0].block >= 128
+    plain = construct(op, "h200", top_k=10, shrink=False)
+    assert plain[0].grid < 132 and plain[0].prediction.time_s > top[0].prediction.time_s
+
+
 def test_fictional_accelerator_from_yaml(tmp_path: Path) -> None:
     """A new accelerator is one YAML file: four layers, a 48-wide 'warp', no code change."""
     text = """

@@ -1,7 +1,9 @@
 """The parts of bench/gpu.py that need no GPU: arguments, op selection with batch reduction, the report."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -83,3 +85,41 @@ def test_without_gpu_exits_5(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.skip("a GPU is present: bench/gpu.py would run for real")
     assert gpu.main(["--suite", "scaled", "--ops", "s_matmul_prime"]) == 5
     assert "no NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_ops_interleave_kinds_so_a_deadline_covers_each() -> None:
+    ops = gpu.select_ops("scaled", None, True, 8.0, 200.0)
+    first = [(o.get("op"), o.get("dtype", "float32")) for o, _ in ops[:12]]
+    assert len(set(first)) == 12   # one op of each (kind, dtype) before a second of any
+    assert sorted(o["name"] for o, _ in ops) == sorted(o["name"] for o, _ in gpu.select_ops(
+        "scaled", ",".join(o["name"] for o, _ in ops), True, 8.0, 200.0))
+
+
+def test_resume_keeps_the_earlier_rows_of_the_selection(tmp_path: Path) -> None:
+    earlier = tmp_path / "earlier.json"
+    rows = [gpu.Row("s_matmul_prime", "matmul", "float32", "gemm_float32", roller_ms=0.01, ok=True),
+            gpu.Row("elsewhere", "matmul", "float32", "gemm_float32", roller_ms=0.02, ok=True)]
+    earlier.write_text(json.dumps({"meta": {"copy_gbps": 3900.0, "date": "2026-11-26"},
+                                   "rows": [dataclasses.asdict(r) for r in rows]}))
+    kept, meta = gpu.resumed(earlier, {"s_matmul_prime", "s_matmul_k1"})
+    assert [r.name for r in kept] == ["s_matmul_prime"] and kept[0].roller_ms == 0.01
+    assert meta["copy_gbps"] == 3900.0
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SystemExit, match="not a bench/gpu.py --json output"):
+        gpu.resumed(tmp_path / "bad.json", {"x"})
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["--deadline", "0"])
+
+
+@pytest.mark.nvcc
+def test_precompile_fills_the_cache_with_cubins(private_cache: Path) -> None:
+    from roller.backends.cuda.toolchain import compiler_for
+    from roller.errors import ToolchainError
+
+    try:
+        compiler_for("sm_90")
+    except ToolchainError as err:
+        pytest.skip(str(err))
+    assert gpu.main(["--precompile", "--suite", "scaled", "--ops", "s_matmul_prime", "--top-k", "2",
+                     "--jobs", "2"]) == 0
+    assert len(list(private_cache.glob("results/cuda/*/*.bin"))) == 2

@@ -12,23 +12,31 @@ from roller.model.traffic import TileGeometry
 
 def shrink_for_parallelism(geo: TileGeometry, hw: HardwareDesc, cands: list[Candidate],
                            search: Search) -> list[Candidate]:
-    """Shrunk variants of the candidates whose grid is smaller than the number of units."""
+    """Shrunk variants of the candidates whose grid is smaller than the number of units: each halves the block
+    tile along the axis of lowest reuse until the grid fills the units, once keeping the thread tile (fewer
+    threads per block) and once halving it with the block (the paper's shrink, "every level": the threads per
+    block stay). On an H200 the unshrunk 128x1000x4032 matmul ran 8-16 blocks on 132 units at a third of the
+    model's figure (0.62-0.81 ms, cuBLAS 0.059): a block of few threads per unit hides no latency."""
     units = hw.parallelism.compute_units
     out: list[Candidate] = []
+    seen = {(c.thread, c.block) for c in cands}
     for c in cands:
-        thread, block = list(c.thread), list(c.block)
-        if geo.num_tiles(tuple(block)) >= units:
+        if geo.num_tiles(c.block) >= units:
             continue
-        while geo.num_tiles(tuple(block)) < units:
-            axis = _lowest_reuse_axis(geo, tuple(block), search.outer.transaction_bytes, search.align)
-            if axis is None:
-                break
-            block[axis] = _half(block[axis], search.align.get(geo.axis_names[axis], 1))
-            if block[axis] < thread[axis] or block[axis] % thread[axis]:
-                thread[axis] = _largest_divisor_at_most(block[axis], thread[axis])
-        new = Candidate(tuple(thread), tuple(block), search.padding_for(tuple(block)), c.epsilon, True)
-        if (new.thread, new.block) != (c.thread, c.block):
-            out.append(new)
+        for halve_thread in (False, True):
+            thread, block = list(c.thread), list(c.block)
+            while geo.num_tiles(tuple(block)) < units:
+                axis = _lowest_reuse_axis(geo, tuple(block), search.outer.transaction_bytes, search.align)
+                if axis is None:
+                    break
+                block[axis] = _half(block[axis], search.align.get(geo.axis_names[axis], 1))
+                cap = max(1, thread[axis] // 2) if halve_thread else thread[axis]
+                if block[axis] < cap or block[axis] % cap or cap < thread[axis]:
+                    thread[axis] = _largest_divisor_at_most(block[axis], cap)
+            new = Candidate(tuple(thread), tuple(block), search.padding_for(tuple(block)), c.epsilon, True)
+            if (new.thread, new.block) not in seen:
+                seen.add((new.thread, new.block))
+                out.append(new)
     return out
 
 
