@@ -146,8 +146,8 @@ def time_events(fn: Any, repeat: int = 10, warmup: int = 2) -> float:
 
 class CupyDevice(Device):
     """The current CUDA device through CuPy: buffers are byte arrays, copies go through the runtime's memcpy on
-    the null stream, in order with the kernels CuPy launches there. Written for the graph executor; it has not
-    run on a GPU yet (none was lent to the sessions that wrote it)."""
+    the null stream, in order with the kernels CuPy launches there. Written for the graph executor; it ran
+    ResNet-18, MobileNetV2 and a BERT-base layer on an H200 (bench/gpu_checks.py models)."""
 
     def __init__(self) -> None:
         super().__init__()
