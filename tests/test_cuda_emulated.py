@@ -70,6 +70,10 @@ def run_emulated(art, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
     {"op": "batch_matmul", "B": 2, "M": 20, "N": 33, "K": 24},
     {"op": "conv2d", "N": 1, "C": 8, "H": 6, "W": 5, "F": 20, "KH": 3, "KW": 3},
     {"op": "conv2d", "N": 2, "C": 16, "H": 5, "W": 5, "F": 8, "KH": 3, "KW": 3, "stride": 2, "layout": "NHWC"},
+    # rows of whole 16-byte vectors: staged with uint4 loads, the tiles past M's and N's ends zero-filled
+    {"op": "matmul", "M": 40, "N": 48, "K": 64},
+    {"op": "matmul", "M": 24, "N": 40, "K": 48, "transpose_b": True},
+    {"op": "conv2d", "N": 1, "C": 8, "H": 6, "W": 5, "F": 24, "KH": 1, "KW": 1},
 ])
 def test_wmma_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
     op = load_ops(dict(spec, dtype="float16"))[0]
@@ -93,6 +97,28 @@ def test_wmma_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         y = np.fromfile(out, dtype=np.float16).reshape(ref.shape)
         check_against(p.line(), op, x, y)
+
+
+@pytest.mark.parametrize("spec,vectors", [
+    ({"op": "matmul", "M": 40, "N": 48, "K": 64}, {"A", "B"}),
+    ({"op": "matmul", "M": 24, "N": 40, "K": 48, "transpose_b": True}, {"A", "B"}),
+    ({"op": "conv2d", "N": 1, "C": 8, "H": 6, "W": 5, "F": 24, "KH": 1, "KW": 1}, {"W"}),   # X: an im2col view
+])
+def test_whole_vector_rows_stage_as_vectors(spec: dict, vectors: set[str]) -> None:
+    """The tensors above whose rows are whole 16-byte vectors stage with uint4 loads (what the emulation then
+    runs); a view, or a tensor whose rows are not (B of 37x45x40: 45 halves), stages element by element."""
+    hw = H.load("h100")
+    op = load_ops(dict(spec, dtype="float16"))[0]
+    progs = [p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support) if p.use_matrix]
+    assert progs
+    for p in progs:
+        staged = {m.group(1): "8 elements a load" in m.group(0)
+                  for m in re.finditer(r"// stage (\w+):.*", CUDA.render(p, hw).source)}
+        assert {t for t, v in staged.items() if v} == vectors, (p.line(), staged)
+    odd = load_ops({"op": "matmul", "M": 37, "N": 45, "K": 40, "dtype": "float16"})[0]
+    for p in construct(odd, hw, top_k=10, matrix=CUDA.matrix_support):
+        src = CUDA.render(p, hw).source
+        assert all("elements a load" not in line for line in re.findall(r"// stage B:.*", src))
 
 
 def test_emulation_catches_a_wrong_fragment_layout(tmp_path: Path) -> None:

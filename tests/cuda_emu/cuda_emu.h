@@ -13,6 +13,7 @@
 #include <vector>
 
 typedef _Float16 __half;
+struct uint4 { unsigned x, y, z, w; };   // 16-byte staging loads (-O1: no strict-aliasing assumptions)
 struct Dim3 { int x = 0, y = 0, z = 0; };
 inline thread_local Dim3 threadIdx, blockIdx;
 inline std::barrier<>* emu_block_barrier = nullptr;

@@ -13,7 +13,7 @@ shared memory with bounds guards and the pad value, then each thread accumulates
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from roller.errors import InputError
@@ -34,6 +34,8 @@ class Dialect:
     to_acc: str = "(float)({x})"  # converting a loaded element to the accumulator type
     from_acc: str = "({ctype})({x})"
     vector_loads: bool = False  # OpenCL C's floatN, vloadN/vstoreN: CPU kernels vectorise inside a work-item
+    # a 16-byte type whose loads and stores stage a tile's contiguous rows (CUDA's uint4); "": element by element
+    stage_vector: str = ""
     # 64-bit integer types, for index arithmetic that 32 bits cannot hold (see index_types)
     wide_int: str = "long long"
     wide_uint: str = "unsigned long long"
@@ -91,6 +93,8 @@ class TensorPlan:
     smem_elems: int = 0
     smem_strides: list[int] = field(default_factory=list)
     tile_elems: int = 0
+    stage_vec: int = 0  # elements per 16-byte load when the tile's rows stage as vectors (0: element by element)
+    stage_divs: list[int] = field(default_factory=list)  # decode divisors over the tile's vectors
     # unstaged reads: the largest value of every axis variable an index of this tensor is computed from
     ranges: dict[str, int] = field(default_factory=dict)
 
@@ -449,6 +453,11 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             tp.smem_strides = _strides(storage)
             tp.smem_elems = max(1, math.prod(storage))
             smem_total += tp.smem_elems * t.itemsize
+            tp.stage_vec = _stage_vector(tp, accs, block_shape, lows[-1] if lows else 0, t.itemsize,
+                                         expr.pad_value, d)
+            if tp.stage_vec:
+                vext = ext[:-1] + [ext[-1] // tp.stage_vec]
+                tp.stage_divs = [math.prod(vext[i + 1:]) for i in range(len(vext))]
             for idx in accs:
                 terms = []
                 for dim, aff in enumerate(idx):
@@ -845,6 +854,30 @@ def _transposed_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: 
 
 def var_global(ax: str) -> str:
     return f"rl_g_{ax}"
+
+
+def _stage_vector(tp: TensorPlan, accs: list, block: Mapping[str, int], low: int, itemsize: int,
+                  pad_value: float, d: Dialect) -> int:
+    """Elements per 16-byte load with which ``tp``'s tile can be staged, or 0. Each vector must be whole inside or
+    whole outside the tensor and aligned in global and shared memory: a plain row-major tensor read through one
+    access whose last index moves by whole vectors from tile to tile (every term's coefficient times its block
+    extent, and the lowest offset, multiples of the vector), a row length and a tile row that are multiples of
+    it, shared rows (padding included) of whole 16-byte units, and zero for the points outside (a max-pool's
+    -inf padding stages element by element). On an H200 the float16 tensor-core GEMMs staged 2-byte elements one
+    by one and ran at 48-58 TFLOP/s against cuBLAS's 380-400 (BENCHMARKS.md, GPU)."""
+    if not d.stage_vector or tp.view is not None or len(accs) != 1 or not tp.dims or pad_value != 0.0:
+        return 0
+    v = 16 // itemsize
+    if v < 2 or tp.strides[-1] != 1 or len(tp.sizes) != len(tp.dims):
+        return 0
+    last = accs[0][-1]
+    if tp.sizes[-1] % v or tp.dims[-1].extent % v or low % v:
+        return 0
+    if any(c * block[a] % v for a, c in last.terms):
+        return 0
+    if len(tp.smem_strides) > 1 and tp.smem_strides[-2] * itemsize % 16:
+        return 0
+    return v
 
 
 def _tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:

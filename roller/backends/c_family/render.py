@@ -28,6 +28,7 @@ def render(plan: KernelPlan, dialect: Dialect, template_dir: Path, template: str
     def from_acc(ctype: str, x: str) -> str:
         return dialect.store(ctype, x)
 
-    text = env.get_template(template).render(p=plan, from_acc=from_acc, **extra)
+    text = env.get_template(template).render(p=plan, from_acc=from_acc,
+                                            dialect_stage_vector=dialect.stage_vector, **extra)
     # Templates keep their structure readable; the generated file drops the blank lines that leaves.
     return "\n".join(line for line in text.splitlines() if line.strip()) + "\n"

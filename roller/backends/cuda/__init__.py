@@ -33,7 +33,7 @@ DIALECT = Dialect(
            "relu": "rl_relu({0})", "abs": "fabsf({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
     # NVRTC has no math.h: spell infinity by its bits
     infinity="__int_as_float(0x7f800000)",
-    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA")
+    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4")
 
 
 def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[list[tuple[str, str, int]], int]:
