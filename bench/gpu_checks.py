@@ -5,6 +5,7 @@
     python bench/gpu_checks.py sample                   # GPU: a few ops' top-3, once each, checked
     python bench/gpu_checks.py dynamic --json F         # GPU: kernel sets over an open size, checked per size
     python bench/gpu_checks.py models --skeletons DIR --json F   # GPU: whole models against onnxruntime
+    python bench/gpu_checks.py ranking --results F     # here: the model's ranking of a GPU run's measured top-10
 
 ``sample`` is small so that it runs under ``compute-sanitizer`` (memcheck, racecheck) in seconds. A skeleton is
 a zoo model (``python -m bench.zoo``) saved with its weights as external data and the data left behind (the
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
 import roller
+import roller.backends
 import roller.hw
 from roller.atomic import write_atomic
 
@@ -301,9 +303,44 @@ def _torch_eager(name: str, repeat: int) -> dict[str, Any]:
     return {"torch_eager_ms": statistics.median(times), "torch": torch.__version__}
 
 
+def ranking(results: Path, hw_name: str) -> dict[str, Any]:
+    """No GPU: how the current model ranks the paper suite's measured top-10 (a bench/gpu.py --json report, or
+    gpu-h200-*.json with its later runs taking precedence): per op, the measured time of the candidate the
+    model now puts first over the fastest measured, and Spearman's rank correlation. The programs are the
+    current construction's top-10, which must still be the ones measured (an op whose best measured program is
+    no longer among them is skipped); matrix programs cannot be re-predicted and are left out."""
+    from roller.construction import repredict
+    from roller.evaluate import spearman
+
+    gpu = _bench_gpu()
+    doc = json.loads(results.read_text())
+    runs = [doc] if "rows" in doc else [doc[k] for k in ("paper_suite", "paper_suite_after_shrink",
+                                                          "paper_suite_after_vector_staging") if k in doc]
+    rows = {r["name"]: r for run in runs for r in run["rows"]}
+    hw, be = roller.hw.load(hw_name), roller.backends.get("cuda")
+    per_op: dict[str, Any] = {}
+    for op, _ in gpu.select_ops("roller119", ",".join(rows), True, 8.0, 20.0):
+        row = rows[op["name"]]
+        _, progs = gpu.candidates(op, hw, be, 10)
+        if any(p.use_matrix for p in progs) or len(progs) != len(row["candidates"]) \
+                or row["line"] not in [p.line() for p in progs]:
+            continue
+        pairs = [(repredict(p, hw).prediction.time_s, t) for p, t in zip(progs, row["candidates"]) if t]
+        if len(pairs) < 2:
+            continue
+        first = min(pairs, key=lambda pt: pt[0])[1]
+        per_op[op["name"]] = {"kind": row["kind"], "top1_over_best": first / min(t for _, t in pairs),
+                              "spearman": spearman([p for p, _ in pairs], [t for _, t in pairs])}
+    q = [r["top1_over_best"] for r in per_op.values()]
+    rho = [r["spearman"] if r["spearman"] is not None else 0.0 for r in per_op.values()]
+    return {"ops": len(q), "top1_within_10pct_share": sum(x <= 1.10 for x in q) / len(q),
+            "median_top1_over_best": statistics.median(q), "median_spearman": statistics.median(rho),
+            "per_op": per_op}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/gpu_checks.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("skeletons", "precompile", "sample", "dynamic", "models"))
+    ap.add_argument("what", choices=("skeletons", "precompile", "sample", "dynamic", "models", "ranking"))
     ap.add_argument("--hw", default="h200")
     ap.add_argument("--backend", default="cuda", help="sample: the backend (the others take the description's)")
     ap.add_argument("--out", type=Path, help="skeletons: the folder to write")
@@ -311,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", type=Path, help="dynamic, models: write the records here")
+    ap.add_argument("--results", type=Path, help="ranking: a bench/gpu.py --json report (or gpu-h200-*.json)")
     args = ap.parse_args(argv)
     if args.what == "skeletons":
         if args.out is None:
@@ -324,6 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.what == "sample":
         return sample(args.hw, args.backend)
+    if args.what == "ranking":
+        if args.results is None:
+            ap.error("ranking needs --results")
+        summary = ranking(args.results, args.hw)
+        print(json.dumps({k: v for k, v in summary.items() if k != "per_op"}, indent=1))
+        if args.json:
+            write_atomic(args.json, json.dumps(summary, indent=1).encode())
+        return 0
     from roller.backends import get
 
     gpu = get(args.backend).device().name

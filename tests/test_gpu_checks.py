@@ -43,3 +43,24 @@ def test_skeleton_keeps_the_graph_and_weight_statistics_not_the_weights(tmp_path
     assert abs(got["w"].mean() - w.mean()) < 0.05 and abs(got["w"].std() - w.std()) < 0.05
     original = {i.name: numpy_helper.to_array(i) for i in onnx.load(tmp_path / "m.onnx").graph.initializer}
     assert np.array_equal(got["b"], original["b"])   # small tensors travel as they are
+
+
+def test_ranking_scores_the_model_on_measured_candidates(tmp_path: Path) -> None:
+    """A report whose measured times follow the model's own order scores 1.0 (top-1 the best, Spearman 1);
+    reversed, the top-1 is the slowest."""
+    import json
+
+    import roller.hw as H
+    from roller.backends import get
+
+    gpu = checks._bench_gpu()
+    (sel, _), = gpu.select_ops("roller119", "C9", False, 8.0, 20.0)
+    _, progs = gpu.candidates(sel, H.load("h200"), get("cuda"), 10)
+    times = [p.prediction.time_ms for p in progs]
+    assert len(set(times)) > 1
+    for order, expect in ((times, 1.0), (times[::-1], max(times) / min(times))):
+        report = tmp_path / "r.json"
+        rows = [{"name": "C9", "kind": "conv2d", "line": progs[0].line(), "candidates": order}]
+        report.write_text(json.dumps({"meta": {}, "rows": rows}))
+        got = checks.ranking(report, "h200")
+        assert got["ops"] == 1 and abs(got["per_op"]["C9"]["top1_over_best"] - expect) < 1e-9
