@@ -312,11 +312,17 @@ def ranking(results: Path, hw_name: str) -> dict[str, Any]:
     from roller.construction import repredict
     from roller.evaluate import spearman
 
+    from roller.errors import InputError
+
     gpu = _bench_gpu()
-    doc = json.loads(results.read_text())
-    runs = [doc] if "rows" in doc else [doc[k] for k in ("paper_suite", "paper_suite_after_shrink",
-                                                          "paper_suite_after_vector_staging") if k in doc]
-    rows = {r["name"]: r for run in runs for r in run["rows"]}
+    try:
+        doc = json.loads(results.read_text())
+        runs = [doc] if "rows" in doc else [doc[k] for k in ("paper_suite", "paper_suite_after_shrink",
+                                                              "paper_suite_after_vector_staging") if k in doc]
+        rows = {r["name"]: r for run in runs for r in run["rows"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"not a bench/gpu.py --json report ({err})", source=str(results),
+                         field="--results") from None
     hw, be = roller.hw.load(hw_name), roller.backends.get("cuda")
     per_op: dict[str, Any] = {}
     for op, _ in gpu.select_ops("roller119", ",".join(rows), True, 8.0, 20.0):
@@ -387,4 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roller.errors import RollerError
+
+    try:
+        raise SystemExit(main())
+    except RollerError as err:   # a bad description, results file or model: one line and its exit code
+        print(f"bench/gpu_checks.py: error: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None
