@@ -310,9 +310,8 @@ def ranking(results: Path, hw_name: str) -> dict[str, Any]:
     current construction's top-10, which must still be the ones measured (an op whose best measured program is
     no longer among them is skipped); matrix programs cannot be re-predicted and are left out."""
     from roller.construction import repredict
-    from roller.evaluate import spearman
-
     from roller.errors import InputError
+    from roller.evaluate import spearman
 
     gpu = _bench_gpu()
     try:
