@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from roller.construction import construct, predict_program, prepared, row_proxy, runtime
 from roller.construction.matrix import MatrixSupport
-from roller.construction.runtime import RuntimeAxes, at_extents, runtime_axes, two_sizes
+from roller.construction.runtime import RuntimeAxes, TwoSizes, at_extents, runtime_axes, two_sizes
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
 from roller.ir.symbolic import SymbolicOp
@@ -73,11 +73,13 @@ class GenericAxis:
     tensors: tuple[str, ...]
 
 
-def generic_axis(op: SymbolicOp, hw: HardwareDesc) -> GenericAxis | str:
-    """The symbol's axis where one kernel built for the greatest size serves every size, else why not."""
-    at = two_sizes(op, hw, "a shape-generic kernel serves")
-    if isinstance(at, str):
-        return at
+def generic_axis(op: SymbolicOp, hw: HardwareDesc, at: TwoSizes | None = None) -> GenericAxis | str:
+    """The symbol's axis where one kernel built for the greatest size serves every size, else why not (``at``:
+    the op at two sizes, when the caller has prepared them already)."""
+    sizes = at or two_sizes(op, hw, "a shape-generic kernel serves")
+    if isinstance(sizes, str):
+        return sizes
+    at = sizes
     sym, hi, other, top, low = at.symbol, at.hi, at.other, at.top, at.low
     if len(top.axes) != len(low.axes) or not top.axes or top.axes[0].reduce:
         return f"{sym} does not lead the op's axes as a spatial axis"
@@ -350,13 +352,16 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
                       max_kernels: int = MAX_KERNELS, timer: Timer | None = None) -> KernelSet | str:
     """The kept programs of ``op``'s shape-generic kernel set on ``hw``, or why one kernel cannot serve every
     size (the caller then builds per size). With ``timer``, the set is chosen on the device (module doc)."""
-    leading = generic_axis(op, hw)
-    ax: GenericAxis | RuntimeAxes | str = leading if not isinstance(leading, str) else runtime_axes(op, hw)
+    # Both tests look at the op prepared at the same two sizes: prepare them once.
+    sizes = two_sizes(op, hw, "a shape-generic kernel serves")
+    at = sizes if isinstance(sizes, TwoSizes) else None
+    leading = generic_axis(op, hw, at)
+    ax: GenericAxis | RuntimeAxes | str = leading if not isinstance(leading, str) else runtime_axes(op, hw, at)
     if isinstance(ax, str):
         return f"{leading}; with the size as a kernel argument: {ax}"
     lo, hi = op.ranges[ax.symbol]
     base = {s: r[1] for s, r in op.ranges.items()}
-    top = prepared(op.instantiate(base), hw)
+    top = at.top if at is not None else prepared(op.instantiate(base), hw)
     forms: dict[int, TensorExpr] = {hi: top}
     sources: dict[int, TensorExpr] = {}
 

@@ -88,11 +88,13 @@ def two_sizes(op: SymbolicOp, hw: HardwareDesc, what: str) -> TwoSizes | str:
     return TwoSizes(sym, hi, other, src_top, src_low, prepared(src_top, hw), prepared(src_low, hw))
 
 
-def runtime_axes(op: SymbolicOp, hw: HardwareDesc) -> RuntimeAxes | str:
-    """The symbol's axes where one kernel with runtime extents serves every size, else why not."""
-    at = two_sizes(op, hw, "a kernel with runtime extents takes")
-    if isinstance(at, str):
-        return at
+def runtime_axes(op: SymbolicOp, hw: HardwareDesc, at: TwoSizes | None = None) -> RuntimeAxes | str:
+    """The symbol's axes where one kernel with runtime extents serves every size, else why not (``at``: the op
+    at two sizes, when the caller has prepared them already)."""
+    sizes = at or two_sizes(op, hw, "a kernel with runtime extents takes")
+    if isinstance(sizes, str):
+        return sizes
+    at = sizes
     sym, hi, other = at.symbol, at.hi, at.other
     src_top, src_low, top, low = at.src_top, at.src_low, at.top, at.low
     if top.preparation != low.preparation or len(top.axes) != len(low.axes):
