@@ -19,7 +19,9 @@ old code built), ``top_k``, whether candidates were evaluated, and the settings 
 ``cache_env``.
 
 A compile result is one JSON file ``<dir>/results/<kind>/<key[:2]>/<key>.json`` holding the document and its
-checksum; one that fails the checksum is ignored and overwritten.
+checksum; one that fails the checksum is ignored and overwritten. A result may keep a binary beside it
+(``<key>.bin``, its sha256 in the document: a CUDA runner's cubin), which ``load_blob`` returns only when it
+matches. ``clear`` removes the results with the entries.
 
 Descriptions measured on this machine (a backend's ``local_names``, e.g. ``--hw host``) are YAML files in
 ``<dir>/hw/``, readable and loadable as they are: ``write_checked`` puts a checksum of the rest of the file on
@@ -342,6 +344,7 @@ def clear() -> int:
             left.append(child)
     shutil.rmtree(root / "tmp", ignore_errors=True)
     shutil.rmtree(root / "failed", ignore_errors=True)  # kernels kept for the repro of a compile failure
+    shutil.rmtree(root / "results", ignore_errors=True)  # compile reports and cubins: rebuilt on demand
     if left:
         raise InputError(f"removed {n} cache entr{'y' if n == 1 else 'ies'}, but {len(left)} could not be removed "
                          f"(e.g. {left[0].name}): is the cache read-only?", source=str(folder), field="cache clear")

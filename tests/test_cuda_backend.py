@@ -135,6 +135,10 @@ def test_runner_cubins_are_cached_with_their_reports(private_cache: Path) -> Non
     redone = compile_unit(art.source, "sm_90", None, art.kernel_name, keep_cubin=True)
     assert not redone.cached and redone.cubin is not None and redone.cubin.read_bytes() == blob
     assert stored.read_bytes() == blob
+    from roller import cache
+
+    cache.clear()   # `roller cache clear` takes the reports and cubins too
+    assert not list(private_cache.glob("results/**/*.*"))
 
 
 @pytest.mark.nvcc
