@@ -20,8 +20,8 @@ old code built), ``top_k``, whether candidates were evaluated, and the settings 
 
 A compile result is one JSON file ``<dir>/results/<kind>/<key[:2]>/<key>.json`` holding the document and its
 checksum; one that fails the checksum is ignored and overwritten. A result may keep a binary beside it
-(``<key>.bin``, its sha256 in the document: a CUDA runner's cubin), which ``load_blob`` returns only when it
-matches. ``clear`` removes the results with the entries.
+(``<key>.bin``, its sha256 in the document: the binary a runner loads), which ``load_blob`` returns only when
+it matches. ``clear`` removes the results with the entries.
 
 Descriptions measured on this machine (a backend's ``local_names``, e.g. ``--hw host``) are YAML files in
 ``<dir>/hw/``, readable and loadable as they are: ``write_checked`` puts a checksum of the rest of the file on
