@@ -108,15 +108,13 @@ def restored(skeleton: Path, folder: Path) -> Path:
     model = onnx.load(skeleton, load_external_data=False)
     stats = json.loads(skeleton.with_suffix(".json").read_text())
     rng = np.random.default_rng(0)
-    data = bytearray()
-    for init in model.graph.initializer:
-        info = {e.key: e.value for e in init.external_data}
-        if not info:
-            continue
-        mean, std = stats[init.name]
-        n = int(info["length"]) // 4
-        data[int(info["offset"]):int(info["offset"]) + 4 * n] = \
-            rng.normal(mean, std, n).astype(np.float32).tobytes()
+    places = [(init.name, {e.key: int(e.value) for e in init.external_data if e.key in ("offset", "length")})
+              for init in model.graph.initializer if init.external_data]
+    data = bytearray(max((p["offset"] + p["length"] for _, p in places), default=0))  # offsets may leave gaps
+    for name, p in places:
+        mean, std = stats[name]
+        n = p["length"] // 4
+        data[p["offset"]:p["offset"] + 4 * n] = rng.normal(mean, std, n).astype(np.float32).tobytes()
     (folder / WEIGHTS).write_bytes(bytes(data))
     (folder / "graph.onnx").write_bytes(skeleton.read_bytes())
     whole = onnx.load(folder / "graph.onnx")   # the weights read back in: one self-contained file
