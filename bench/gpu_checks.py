@@ -223,7 +223,7 @@ def dynamic(hw_name: str, save: Callable[[Any], None]) -> dict[str, Any]:
 
 def models(skel: Path, hw_name: str, repeat: int, save: Callable[[Any], None]) -> list[dict[str, Any]]:
     """Each skeleton's model compiled for ``hw_name`` (CUDA), checked against onnxruntime on the same weights,
-    and timed (the executor's run, inputs uploaded and outputs downloaded, median of ``repeat``)."""
+    and timed (the executor's steps on the device, inputs already there, median of ``repeat``)."""
     rows = []
     for name in MODELS:
         row: dict[str, Any] = {"model": name}
