@@ -278,23 +278,21 @@ def compile_unit(source: str, target: str, workdir: Path | None, name: str, keep
     without a GPU (``bench/gpu.py --precompile``) load on one without a compiler run there."""
     compiler = compiler_for(target)
     key = _key(source, target, compiler)
-    folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="roller-cuda-"))
-    path = folder / f"{name}.cu"
-    cubin_path = path.with_suffix(f".{target}.cubin")
+    hit, cubin = None, None
     if use_cache:
         doc = cache.load_result("cuda", key)
         hit = _from_doc(doc)
         if hit is not None and not keep_cubin:
-            if workdir is None:
-                shutil.rmtree(folder, ignore_errors=True)
             return hit
         cubin = _cached_cubin(doc, key) if hit is not None else None
-        if hit is not None and cubin is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            cubin_path.write_bytes(cubin)
-            hit.cubin = cubin_path
-            return hit
+    folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="roller-cuda-"))
     folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.cu"
+    cubin_path = path.with_suffix(f".{target}.cubin")
+    if hit is not None and cubin is not None:
+        cubin_path.write_bytes(cubin)
+        hit.cubin = cubin_path
+        return hit
     path.write_text(source)
     t0 = time.perf_counter()
     if compiler == "nvcc":
