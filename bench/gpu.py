@@ -311,14 +311,27 @@ def candidates(op: dict, hw: Any, be: Any, top_k: int) -> tuple[Any, list[Any]]:
 
 
 def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int) -> list[str]:
-    """Compile the programs' kernels for ``target`` into the roller cache, ``jobs`` at a time (a cached kernel is
-    not compiled again); the errors, one line each, of those that failed."""
+    """Render the programs and compile their kernels for ``target`` into the roller cache (``compile_artifacts``);
+    the errors, one line each, of those that failed."""
+    from roller.errors import RollerError
+
+    arts, errors = [], []
+    for prog in progs:
+        try:
+            arts.append(be.render(prog, hw))
+        except RollerError as err:
+            errors.append(str(err).splitlines()[0])
+    return errors + compile_artifacts(arts, target, jobs)
+
+
+def compile_artifacts(arts: Sequence[Any], target: str, jobs: int) -> list[str]:
+    """Compile rendered CUDA kernels for ``target`` into the roller cache with their cubins, ``jobs`` at a time
+    (a cached kernel is not compiled again); the errors, one line each, of those that failed."""
     from roller.backends.cuda.toolchain import compile_unit
     from roller.errors import RollerError
 
-    def one(prog: Any) -> str:
+    def one(art: Any) -> str:
         try:
-            art = be.render(prog, hw)
             res = compile_unit(art.source, target, None, art.kernel_name, keep_cubin=True)
             if res.cubin is not None:
                 shutil.rmtree(res.cubin.parent, ignore_errors=True)
@@ -327,7 +340,7 @@ def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int) 
             return str(err).splitlines()[0]
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return [e for e in pool.map(one, progs) if e]
+        return [e for e in pool.map(one, arts) if e]
 
 
 def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_gbps: float, jobs: int,

@@ -123,31 +123,26 @@ def restored(skeleton: Path, folder: Path) -> Path:
     return path
 
 
-def _compile_cubins(arts: Sequence[Any], target: str, jobs: int) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from roller.backends.cuda.toolchain import compile_unit
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(lambda a: compile_unit(a.source, target, None, a.kernel_name, keep_cubin=True), arts))
-
-
 def precompile(skel: Path, hw_name: str, jobs: int) -> None:
     """What ``models`` and ``dynamic`` build without the device (each skeleton's kernels, each DYNAMIC op's set
     chosen by the model and its exact top-1 at every size) compiled for ``hw_name``'s target."""
     hw = roller.hw.load(hw_name)
+    gpu = _bench_gpu()
+
+    def compiled(name: str, arts: list[Any]) -> None:
+        errors = gpu.compile_artifacts(arts, hw.target, jobs)
+        print(f"{name}: {len(arts)} kernels for {hw.target}" + (f", {len(errors)} failed: {errors[0]}" if errors
+              else ""), file=sys.stderr, flush=True)
+
     for name in MODELS:
         with tempfile.TemporaryDirectory() as tmp:
             m = roller.compile_model(restored(skel / f"{name}.onnx", Path(tmp)), hw=hw, progress=False)
-        arts = [k.artifact for k in m.by_key.values()]
-        _compile_cubins(arts, hw.target, jobs)
-        print(f"{name}: {len(arts)} kernels for {hw.target}", file=sys.stderr, flush=True)
+        compiled(name, [k.artifact for k in m.by_key.values()])
     for name, (doc, sizes) in DYNAMIC.items():
         k = roller.compile(doc, hw=hw)
         symbol = next(iter(doc["symbols"]))
-        arts = list(k.artifacts) + [roller.compile(k.op.instantiate({symbol: v}), hw=hw).artifact for v in sizes]
-        _compile_cubins(arts, hw.target, jobs)
-        print(f"{name}: {len(arts)} kernels for {hw.target}", file=sys.stderr, flush=True)
+        compiled(name, list(k.artifacts) + [roller.compile(k.op.instantiate({symbol: v}), hw=hw).artifact
+                                            for v in sizes])
 
 
 # -- on the GPU -------------------------------------------------------------------------------------------------
