@@ -104,6 +104,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error("--top-k, --repeat, --jobs, --max-gib and --max-gflop must be positive")
     if args.deadline is not None and args.deadline <= 0:
         ap.error("--deadline must be positive")
+    if args.precompile and (args.resume or args.deadline is not None or args.md or args.json):
+        ap.error("--precompile only compiles: --resume, --deadline, --md and --json are for a run on the GPU")
     return args
 
 
@@ -508,4 +510,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roller.errors import RollerError
+
+    try:
+        raise SystemExit(main())
+    except RollerError as err:   # a bad description or op: one line and its exit code
+        print(f"bench/gpu.py: error: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None

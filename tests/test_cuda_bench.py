@@ -123,3 +123,11 @@ def test_precompile_fills_the_cache_with_cubins(private_cache: Path) -> None:
     assert gpu.main(["--precompile", "--suite", "scaled", "--ops", "s_matmul_prime", "--top-k", "2",
                      "--jobs", "2"]) == 0
     assert len(list(private_cache.glob("results/cuda/*/*.bin"))) == 2
+
+
+def test_precompile_refuses_the_options_of_a_gpu_run() -> None:
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["--precompile", "--resume", "earlier.json"])
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["--precompile", "--json", "out.json"])
+    assert gpu.parse_args(["--precompile", "--jobs", "3"]).jobs == 3
