@@ -296,9 +296,15 @@ def build_kernels(graph: Graph, hw: HardwareDesc, backend: Any, top_k: int = 10,
     """(kernel key -> kernel, cache hits): one kernel per distinct operator, built ``jobs`` at a time (the
     device compilers release the interpreter while they work), compiled for this machine's device when the
     backend can run here (``compile_here``), with a progress bar on stderr when it is a terminal. First the
-    graph's weights are packed, in place, into the layouts construction chooses for their operators."""
+    graph's values that windows read are held padded where they are made (``roller.graph.padding``) and its
+    weights are packed, in place, into the layouts construction chooses for their operators."""
+    from roller.construction import copy_seconds, read_pads
     from roller.construction.layout import choose_layout
+    from roller.graph.padding import hold_padded
 
+    seconds = predicted_seconds(hw, backend.matrix_support)
+    hold_padded(graph, lambda expr: read_pads(expr, hw),
+                lambda old, new, nbytes: seconds(new) <= seconds(old) + copy_seconds(nbytes, hw))
     pack_constants(graph, lambda expr, consts: choose_layout(expr, hw, consts, backend.matrix_support))
     todo = unique_kernels(graph)
     if compile_here is None:

@@ -82,8 +82,9 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
 def _plain_output(expr: TensorExpr) -> TensorExpr | None:
     """Where the output index is not its spatial axes alone (a layout blocked along an axis writes
     ``Y[m, 16*n_o + n_i]``): the same op writing a tensor indexed by the spatial axes in order, whose values
-    ``_scatter`` places. None where the index is plain."""
-    if all(i.plain_axis() is not None for i in expr.out_index):
+    ``_scatter`` places (a padded buffer's interior too). None where the index is plain and covers the output."""
+    if all(i.plain_axis() is not None and n == expr.axis(str(i.plain_axis())).extent
+           for i, n in zip(expr.out_index, expr.output.shape)):
         return None
     index = tuple(Affine.axis(a.name) for a in expr.spatial_axes)
     out = replace(expr.output, shape=tuple(a.extent for a in expr.spatial_axes), view=None, orig_shape=None)

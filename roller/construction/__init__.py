@@ -97,6 +97,18 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     return ranked[:top_k]
 
 
+def read_pads(expr: TensorExpr, hw: HardwareDesc) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per input, the padding (before, after per dimension) with which every program ``construct`` builds for
+    ``expr`` reads it: a CPU's windows over an input that outputs share (convolutions); {} where some program
+    reads its inputs as they are (pooling is built both ways) or the description pads nothing."""
+    if expr.stages or expr.source is not None:
+        return {}
+    form = prepared(expr, hw)
+    if form.preparation is None or not form.preparation.pads or not _shares_reads(expr):
+        return {}
+    return dict(form.preparation.pads)
+
+
 def _shares_reads(expr: TensorExpr) -> bool:
     """Whether some input of the body is read by several output points through the same element across a
     spatial axis (a convolution's weights, a matmul's operands): where register tiles and staging pay."""
@@ -212,8 +224,12 @@ def padding_time(expr: TensorExpr, hw: HardwareDesc) -> float:
     if prep is None or not prep.pads:
         return 0.0
     src = expr.source or expr
-    moved = sum(2 * src.tensor(name).size * src.tensor(name).itemsize for name, _ in prep.pads)
-    return moved / (hw.memory[0].bandwidth_effective_gbps * 1e9)
+    return sum(copy_seconds(src.tensor(name).size * src.tensor(name).itemsize, hw) for name, _ in prep.pads)
+
+
+def copy_seconds(nbytes: int, hw: HardwareDesc) -> float:
+    """Seconds a device copy of ``nbytes`` takes (read and written once at the outermost layer's bandwidth)."""
+    return 2 * nbytes / (hw.memory[0].bandwidth_effective_gbps * 1e9)
 
 
 def matrix_candidates(op: OpLike | TensorExpr, hw: str | HardwareDesc, matrix: Iterable[MatrixSupport],

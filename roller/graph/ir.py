@@ -26,10 +26,23 @@ from roller.ir.tensor_expr import TensorExpr
 
 
 @dataclass(frozen=True)
+class Border:
+    """What surrounds a value held inside a larger buffer: ``pads`` (before, after) per dimension of the
+    buffer's shape hold ``fill``, so that windows read it without bounds tests (``roller.graph.padding``)."""
+
+    pads: tuple[tuple[int, int], ...]
+    fill: float
+
+    def interior(self, shape: tuple[int, ...]) -> tuple[slice, ...]:
+        return tuple(slice(b, n - a) for n, (b, a) in zip(shape, self.pads))
+
+
+@dataclass(frozen=True)
 class Value:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # with its border, where it has one
     dtype: str = "float32"
+    border: Border | None = None  # set: the step that makes it writes only the interior
 
     @property
     def size(self) -> int:

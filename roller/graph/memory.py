@@ -5,7 +5,9 @@ value's buffer returns to the pool after the last step that reads it (or any vie
 takes the smallest free buffer that holds it (or a new one). Views never get memory. Kernels that read
 padded copies of an input (``launch.json``'s ``pad``, a CPU's windows) read it from a buffer of its own, filled
 with the pad value once and copied into at each run; one such buffer serves every step with the same padded
-shape, padding and value, since each copy writes only the interior. The plan is plain data
+shape, padding and value, since each copy writes only the interior. A value held with a border
+(``roller.graph.padding``: its producer writes the interior of the padded buffer its readers want) needs no
+copy: its buffer is filled once and passes, by lifetime, only to values with the same border. The plan is plain data
 (``to_json``): the OpenCL executor here runs it, and the launchers of other backends can replay it from
 ``roller build``'s ``plan.json``.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roller.dtypes import dtype as dtype_of
-from roller.graph.ir import CopyNode, Graph, OpNode, Piece, ViewNode
+from roller.graph.ir import Border, CopyNode, Graph, OpNode, Piece, ViewNode
 from roller.graph.passes import alias_root, kernel_key
 from roller.program import pad_value_json
 
@@ -162,16 +164,37 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
         steps.append(CopyStep(value_buffer[value], padded[key],
                               rects(src.shape, pad.shape, piece, dtype_of(pad.dtype).itemsize), node))
         return padded[key]
+    # Values held inside a border (roller.graph.padding): the step that makes one writes only the interior, so
+    # its buffer holds the fill around it from the start and passes only to values with the same border.
+    bordered: dict[int, InputPad] = {}
+
+    def bordered_buffer(value: str, border: Border) -> int:
+        v = graph.values[value]
+        pad = InputPad(v.shape, border.pads, border.fill, v.dtype)
+        for b in free:
+            if bordered.get(b) == pad:
+                free.remove(b)
+                holders[b].append(value)
+                return b
+        bid = new(v.nbytes, "padded", value)
+        buffers[bid] = Buffer(bid, v.nbytes, "padded", (), border.fill)
+        bordered[bid] = pad
+        return bid
+
     for i, n in enumerate(graph.nodes):
         out = n.output
         if isinstance(n, ViewNode):
             value_buffer[out] = value_buffer[n.input]
             continue
         nbytes = graph.values[out].nbytes
+        border = graph.values[out].border
         if out in pinned:
             bid = new(nbytes, "output", out)
+        elif border is not None:
+            bid = bordered_buffer(out, border)
+            live_until[bid] = last_use.get(out, i)
         else:
-            fits = [b for b in free if buffers[b].nbytes >= nbytes]
+            fits = [b for b in free if buffers[b].nbytes >= nbytes and b not in bordered]
             if fits:
                 bid = min(fits, key=lambda b: (buffers[b].nbytes, b))
                 free.remove(bid)
@@ -204,7 +227,7 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
             value_buffer[v] = value_buffer[root[v]] if root[v] in value_buffer else value_buffer[v]
     buffers = [Buffer(b.id, b.nbytes, b.role, tuple(holders[b.id]), b.fill) for b in buffers]
     return Plan(buffers, steps, value_buffer, list(graph.inputs), list(graph.outputs),
-                pads={b: pad for (pad, _), b in padded.items()})
+                pads={**{b: pad for (pad, _), b in padded.items()}, **bordered})
 
 
 def _copies(graph: Graph, node: CopyNode) -> list[tuple[str, tuple[Rect, ...]]]:

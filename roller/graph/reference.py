@@ -18,7 +18,12 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], keep: bool = False)
         out = graph.values[n.output]
         if isinstance(n, OpNode):
             args = {t.name: env[v] for t, v in zip(n.expr.inputs, n.inputs)}
-            env[n.output] = reference(n.expr, args).reshape(out.shape)
+            y = reference(n.expr, args).reshape(out.shape)
+            if out.border is not None:
+                inside = y[out.border.interior(out.shape)].copy()
+                y = np.full(out.shape, out.border.fill, dtype=y.dtype)
+                y[out.border.interior(out.shape)] = inside
+            env[n.output] = y
         elif isinstance(n, ViewNode):
             env[n.output] = env[n.input].reshape(out.shape)
         elif isinstance(n, CopyNode):

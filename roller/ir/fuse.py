@@ -99,7 +99,12 @@ def fusible_groups(expr: TensorExpr) -> list[list[str]]:
                 continue
             if len(ia) != 1 or len(ib) != 1 or plain[ia[0]] != a or plain[ib[0]] != b or ib[0] != ia[0] + 1:
                 return False
-        return True
+        return a not in longer and b not in longer
+
+    # Axes indexing a dimension longer than themselves (an output written into a padded buffer's interior):
+    # its rows have the dimension's length, so such an axis and its neighbour are not one run of memory.
+    longer = {i.plain_axis() for t in expr.tensors for idx in expr.accesses(t.name) for d, i in enumerate(idx)
+              if i.plain_axis() is not None and t.shape[d] != expr.axis(str(i.plain_axis())).extent}
 
     names = [a.name for a in expr.axes]
     groups: list[list[str]] = []
@@ -197,21 +202,38 @@ def pad_inputs(expr: TensorExpr, pads: dict[str, tuple[tuple[int, int], ...]]) -
     indices move by the padding before it. The copies are the caller's to make (``RProgram.pads``)."""
     if not pads:
         return expr
+    prep = (expr.preparation or Preparation("none", ())).with_pads(tuple(sorted(pads.items())))
+    return replace(read_padded(expr, pads), source=expr.source or expr, preparation=prep)
+
+
+def read_padded(expr: TensorExpr, pads: dict[str, tuple[tuple[int, int], ...]]) -> TensorExpr:
+    """``expr`` reading each input in ``pads`` from the interior of a padded tensor (declared with the padded
+    shape, indices moved by the padding before): the same operator, on another layout of its inputs."""
     decls = []
     for t in expr.inputs:
         p = pads.get(t.name)
-        decls.append(t if p is None else TensorDecl(t.name, tuple(s + b + a for s, (b, a) in zip(t.shape, p)),
-                                                       t.dtype))
+        decls.append(t if p is None else TensorDecl(t.name, _padded(t.shape, p), t.dtype))
 
     def moved(r: Read) -> Read:
         p = pads.get(r.tensor)
-        if p is None:
-            return r
-        return Read(r.tensor, tuple(Affine(i.terms, i.const + b) for i, (b, _) in zip(r.index, p)), r.pos)
+        return r if p is None else Read(r.tensor, _moved(r.index, p), r.pos)
 
-    prep = (expr.preparation or Preparation("none", ())).with_pads(tuple(sorted(pads.items())))
-    return replace(expr.remap_reads(moved), inputs=tuple(decls), source=expr.source or expr,
-                   preparation=prep)
+    return replace(expr.remap_reads(moved), inputs=tuple(decls))
+
+
+def write_padded(expr: TensorExpr, pads: tuple[tuple[int, int], ...]) -> TensorExpr:
+    """``expr`` writing its output into the interior of a padded tensor (what a consumer that reads it through
+    a window then reads without a copy); the border is the caller's to fill."""
+    out = TensorDecl(expr.output.name, _padded(expr.output.shape, pads), expr.output.dtype)
+    return replace(expr.remap_reads(lambda r: r, _moved(expr.out_index, pads)), output=out)
+
+
+def _padded(shape: tuple[int, ...], pads: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+    return tuple(s + b + a for s, (b, a) in zip(shape, pads))
+
+
+def _moved(index: tuple[Affine, ...], pads: tuple[tuple[int, int], ...]) -> tuple[Affine, ...]:
+    return tuple(Affine(i.terms, i.const + b) for i, (b, _) in zip(index, pads))
 
 
 def implicit_gemm(expr: TensorExpr) -> TensorExpr:

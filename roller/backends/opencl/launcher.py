@@ -154,6 +154,9 @@ class CLRunner(Runner):
         odtype = dtype(self.args[-1].get("dtype", "float32")).storage
         host = out if out is not None and out.dtype == odtype else np.empty(oshape, dtype=odtype)
         obuf = cl.Buffer(self.ctx, mf.WRITE_ONLY, size=max(4, host.nbytes))
+        # Zeros where the kernel writes nothing (an output written into a padded buffer's interior), as
+        # roller.reference has them, rather than whatever memory the buffer was recycled from.
+        cl.enqueue_fill_buffer(self.queue, obuf, np.zeros(1, np.uint8), 0, max(4, host.nbytes))
         return bufs, obuf, host
 
     def _launch(self, bufs: list[Any], obuf: Any) -> Any:
