@@ -223,7 +223,7 @@ def compile_model(model: Any, hw: HwLike | None = None, backend: str | None = No
     graph, fusion = fuse_model_graph(graph, hwd, be, method)
     kernels, hits = build_kernels(graph, hwd, be, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
                                   progress=progress)
-    p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()})
+    p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()}, padded_inputs=True)
     p.kernels = {key: k.name for key, k in kernels.items()}
     return Model(graph, hwd, be, kernels, p, compile_s=time.perf_counter() - t0, cache_hits=hits, source=source,
                  fusion=fusion)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_models import _ort, residual
+from onnx import TensorProto, helper
+from test_models import _model, _ort, residual
 
 import roller
 from roller.backends import for_hw, get
 from roller.construction import construct, read_pads
 from roller.frontends.onnx import import_model
-from roller.graph import Graph
+from roller.graph import Graph, InputPad, kernel_key, plan
 from roller.graph.memory import CopyStep
 from roller.graph.padding import hold_padded
 from roller.graph.reference import evaluate
@@ -105,3 +106,36 @@ def test_a_kernel_writing_a_padded_interior_matches_the_reference() -> None:
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=p.line())
     k = roller.compile(op, hw=HW, top_k=3, evaluate=True)
     assert k.evaluation is not None and k.evaluation["check"]["ok"]
+
+
+def _conv_relu():
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, SIDE, SIDE])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, SIDE, SIDE])],
+                  {"w": rng.standard_normal((4, C, 3, 3)) * 0.2})
+
+
+@needs_device
+def test_an_input_only_windows_read_is_uploaded_into_its_padding() -> None:
+    model = _conv_relu()
+    m = roller.compile_model(model, hw=HW)
+    assert not [s for s in m.plan.steps if isinstance(s, CopyStep)]
+    pad = m.plan.input_pads["x"]
+    assert pad.shape == (1, C, SIDE + 2, SIDE + 2) and pad.value == 0.0
+    doc = m.plan.to_json()["inputs"][0]
+    assert doc["value"] == "x" and doc["pad"] == {"shape": [1, C, SIDE + 2, SIDE + 2], "before": [0, 0, 1, 1],
+                                                   "after": [0, 0, 1, 1]}
+    for seed in (5, 6):   # the host copy kept between runs takes each run's input
+        x = np.random.default_rng(seed).standard_normal((1, C, SIDE, SIDE)).astype(np.float32)
+        np.testing.assert_allclose(m.run({"x": x})["y"], _ort(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_an_input_read_plain_anywhere_stays_unpadded() -> None:
+    # residual(): x is read padded by conv1 and as it is by the residual add.
+    g = _fused()
+    pads = {kernel_key(n): tuple(InputPad((1, C, SIDE + 2, SIDE + 2), ((0, 0), (0, 0), (1, 1), (1, 1)), 0.0,
+                                          "float32") if r == "x" and i == 0 else None
+                                 for i, r in enumerate(n.inputs)) for n in g.op_nodes}
+    p = plan(g, pads, padded_inputs=True)
+    assert not p.input_pads and any(isinstance(s, CopyStep) for s in p.steps)

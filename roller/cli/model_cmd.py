@@ -80,7 +80,7 @@ def cmd_build_model(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args)
     hwd, be, (graph, kernels) = _compile(args, compile_here=bool(getattr(args, "evaluate", False)))
-    p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()})
+    p = plan(graph, {key: InputPad.from_launch(k.launch) for key, k in kernels.items()}, padded_inputs=True)
     p.kernels = {key: k.name for key, k in kernels.items()}
     out_dir = Path(args.output)
     if out_dir.exists() and not out_dir.is_dir():

@@ -92,6 +92,7 @@ class Plan:
     outputs: list[str]
     kernels: dict[str, str] = field(default_factory=dict)  # kernel key -> kernel name
     pads: dict[int, InputPad] = field(default_factory=dict)  # padded buffer -> its padding
+    input_pads: dict[str, InputPad] = field(default_factory=dict)  # input uploaded into a padded buffer's interior
 
     def bytes_by_role(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -106,7 +107,11 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "inputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.inputs],
+            "inputs": [{"value": v, "buffer": self.value_buffer[v],
+                        **({"pad": {"shape": list(self.input_pads[v].shape),
+                                    "before": [b for b, _ in self.input_pads[v].pads],
+                                    "after": [a for _, a in self.input_pads[v].pads]}}
+                           if v in self.input_pads else {})} for v in self.inputs],
             "outputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.outputs],
             "buffers": [{"id": b.id, "bytes": b.nbytes, "role": b.role, "values": list(b.values),
                          **({"fill": pad_value_json(b.fill), "dtype": self.pads[b.id].dtype} if b.fill is not None
@@ -124,9 +129,13 @@ class Plan:
         }
 
 
-def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = None) -> Plan:
-    """The plan of ``graph``; ``pads``: per kernel key, how its kernel reads each input (``InputPad``)."""
+def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = None,
+         padded_inputs: bool = False) -> Plan:
+    """The plan of ``graph``; ``pads``: per kernel key, how its kernel reads each input (``InputPad``). With
+    ``padded_inputs``, a graph input that every reader reads with the same padding is uploaded into the
+    interior of its padded buffer (``Plan.input_pads``) rather than copied there before each reader."""
     pads = pads or {}
+    held = _padded_inputs(graph, pads) if padded_inputs else {}
     root = alias_root(graph)
     last_use: dict[str, int] = {}
     for i, n in enumerate(graph.nodes):
@@ -145,8 +154,15 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
 
     for v in graph.constants:
         value_buffer[v] = new(graph.values[v].nbytes, "constant", v)
+    bordered: dict[int, InputPad] = {}
     for v in graph.inputs:
-        value_buffer[v] = new(graph.values[v].nbytes, "input", v)
+        if v in held:
+            size = math.prod(held[v].shape) * dtype_of(held[v].dtype).itemsize
+            value_buffer[v] = new(size, "input", v)
+            buffers[value_buffer[v]] = Buffer(value_buffer[v], size, "input", (), held[v].value)
+            bordered[value_buffer[v]] = held[v]
+        else:
+            value_buffer[v] = new(graph.values[v].nbytes, "input", v)
     free: list[int] = []   # pool buffers not in use
     live_until: dict[int, int] = {}
     steps: list[KernelStep | CopyStep] = []
@@ -166,7 +182,6 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
         return padded[key]
     # Values held inside a border (roller.graph.padding): the step that makes one writes only the interior, so
     # its buffer holds the fill around it from the start and passes only to values with the same border.
-    bordered: dict[int, InputPad] = {}
 
     def bordered_buffer(value: str, border: Border) -> int:
         v = graph.values[value]
@@ -208,7 +223,7 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
             how = pads.get(key) or (None,) * len(n.inputs)
             args, nth = [], 0
             for v, pad in zip(n.inputs, how):
-                if pad is None:
+                if pad is None or held.get(v) == pad:
                     args.append(value_buffer[v])
                 else:
                     args.append(padded_copy(v, pad, nth, n.name))
@@ -227,7 +242,19 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
             value_buffer[v] = value_buffer[root[v]] if root[v] in value_buffer else value_buffer[v]
     buffers = [Buffer(b.id, b.nbytes, b.role, tuple(holders[b.id]), b.fill) for b in buffers]
     return Plan(buffers, steps, value_buffer, list(graph.inputs), list(graph.outputs),
-                pads={**{b: pad for (pad, _), b in padded.items()}, **bordered})
+                pads={**{b: pad for (pad, _), b in padded.items()}, **bordered}, input_pads=held)
+
+
+def _padded_inputs(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]]) -> dict[str, InputPad]:
+    """Graph inputs that only operators read, each with the same padding: input -> that padding."""
+    wanted: dict[str, set[InputPad | None]] = {v: set() for v in graph.inputs if v not in graph.outputs}
+    for n in graph.nodes:
+        for i, v in enumerate(n.reads):
+            if v not in wanted:
+                continue
+            how = pads.get(kernel_key(n)) if isinstance(n, OpNode) else None
+            wanted[v].add(how[i] if how is not None else None)
+    return {v: next(iter(w)) for v, w in wanted.items() if len(w) == 1 and None not in w}  # type: ignore[misc]
 
 
 def _copies(graph: Graph, node: CopyNode) -> list[tuple[str, tuple[Rect, ...]]]:
