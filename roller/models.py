@@ -304,7 +304,8 @@ def build_kernels(graph: Graph, hw: HardwareDesc, backend: Any, top_k: int = 10,
 
     seconds = predicted_seconds(hw, backend.matrix_support)
     hold_padded(graph, lambda expr: read_pads(expr, hw),
-                lambda old, new, nbytes: seconds(new) <= seconds(old) + copy_seconds(nbytes, hw))
+                lambda changes, nbytes: sum(seconds(new) for _, new in changes)
+                <= sum(seconds(old) for old, _ in changes) + copy_seconds(nbytes, hw))
     pack_constants(graph, lambda expr, consts: choose_layout(expr, hw, consts, backend.matrix_support))
     todo = unique_kernels(graph)
     if compile_here is None:

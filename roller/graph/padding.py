@@ -20,14 +20,18 @@ from roller.ir.tensor_expr import TensorExpr
 Pads = tuple[tuple[int, int], ...]
 
 
+Change = tuple[TensorExpr, TensorExpr]  # an operator's expression before and after the rewrite
+
+
 def hold_padded(graph: Graph, read_pads: Callable[[TensorExpr], Mapping[str, Pads]],
-                worth: Callable[[TensorExpr, TensorExpr, int], bool] = lambda old, new, nbytes: True) -> int:
-    """Rewrite ``graph`` in place so that each value whose readers all read it with the same padding
-    (``read_pads``: per input of an operator, the padding its kernels read it with) is made inside that
-    padding by its producer, where ``worth(producer's expression, the one writing padded, bytes of the
-    value)`` says the change pays (the new producer against the old one and the copy). Graph inputs, outputs
-    and constants, values a view or copy reads, and values of row kernels stay as they are. Returns how many
-    values changed."""
+                worth: Callable[[list[Change], int], bool] = lambda changes, nbytes: True) -> int:
+    """Rewrite ``graph`` in place so that each value that some readers read with one padding (``read_pads``:
+    per input of an operator, the padding its kernels read it with) and the others as it is, is made inside
+    that padding by its producer; the readers that wanted no padding read its interior. Done where
+    ``worth(changes, bytes copied)`` says it pays (``changes``: the producer, then every reader that reads
+    the value as it is, each before and after; what is saved is the copy of the value before each padded
+    reader). Graph inputs, outputs and constants, values a view or copy reads, and values of row
+    kernels stay as they are. Returns how many values changed."""
     changed = 0
     for name in list(graph.values):
         held = _held(graph, name, read_pads)
@@ -35,22 +39,29 @@ def hold_padded(graph: Graph, read_pads: Callable[[TensorExpr], Mapping[str, Pad
             continue
         pads, fill = held
         v = graph.values[name]
-        made = next(n for n in graph.nodes if n.output == name)
-        assert isinstance(made, OpNode)
-        if not worth(made.expr, write_padded(made.expr, pads), v.nbytes):
-            continue
-        new = f"{name}.padded"
-        graph.values[new] = Value(new, tuple(n + b + a for n, (b, a) in zip(v.shape, pads)), v.dtype,
-                                  Border(pads, fill))
+        rewritten: dict[int, OpNode] = {}
+        changes: list[Change] = []
+        copies = 0
         for i, node in enumerate(graph.nodes):
             if not isinstance(node, OpNode):
                 continue
             if node.output == name:
-                graph.nodes[i] = replace(node, expr=write_padded(node.expr, pads), output=new)
+                rewritten[i] = replace(node, expr=write_padded(node.expr, pads), output=f"{name}.padded")
+                changes.insert(0, (node.expr, rewritten[i].expr))
             elif name in node.inputs:
                 slots = {t.name: pads for t, r in zip(node.expr.inputs, node.inputs) if r == name}
-                graph.nodes[i] = replace(node, expr=read_padded(node.expr, slots),
-                                         inputs=tuple(new if r == name else r for r in node.inputs))
+                rewritten[i] = replace(node, expr=read_padded(node.expr, slots),
+                                       inputs=tuple(f"{name}.padded" if r == name else r for r in node.inputs))
+                padded = sum(1 for t in slots if t in read_pads(node.expr))
+                copies += padded
+                if padded < len(slots):
+                    changes.append((node.expr, rewritten[i].expr))
+        if not worth(changes, copies * v.nbytes):
+            continue
+        graph.values[f"{name}.padded"] = Value(f"{name}.padded", tuple(n + b + a for n, (b, a) in
+                                                                      zip(v.shape, pads)), v.dtype, Border(pads, fill))
+        for i, node in rewritten.items():
+            graph.nodes[i] = node
         del graph.values[name]
         changed += 1
     return changed
@@ -58,7 +69,8 @@ def hold_padded(graph: Graph, read_pads: Callable[[TensorExpr], Mapping[str, Pad
 
 def _held(graph: Graph, name: str, read_pads: Callable[[TensorExpr], Mapping[str, Pads]]
           ) -> tuple[Pads, float] | None:
-    """(padding, fill) that every reader of ``name`` wants it in, or None where it stays as it is."""
+    """(padding, fill) that the readers of ``name`` that pad it want (all alike, at least one), or None where
+    it stays as it is."""
     v = graph.values[name]
     if v.border is not None or name in graph.outputs or name in graph.inputs or name in graph.constants:
         return None
@@ -68,12 +80,11 @@ def _held(graph: Graph, name: str, read_pads: Callable[[TensorExpr], Mapping[str
     readers = [n for n in graph.nodes if name in n.reads]
     if not readers or not all(isinstance(n, OpNode) for n in readers):
         return None
-    wanted: set[tuple[Pads | None, float]] = set()
+    wanted: set[tuple[Pads, float]] = set()
     for n in readers:
         assert isinstance(n, OpNode)
         by_input = read_pads(n.expr)
-        wanted |= {(by_input.get(t.name), n.expr.pad_value) for t, r in zip(n.expr.inputs, n.inputs) if r == name}
-    if len(wanted) != 1:
-        return None
-    pads, fill = wanted.pop()
-    return None if pads is None else (pads, fill)
+        for t, r in zip(n.expr.inputs, n.inputs):
+            if r == name and t.name in by_input:
+                wanted.add((by_input[t.name], n.expr.pad_value))
+    return wanted.pop() if len(wanted) == 1 else None
