@@ -75,6 +75,47 @@ def test_model_picks_the_packed_layout_where_the_width_is_a_poor_vector_axis() -
     assert choose_layout(small, H.load("v100"), ["W"]) is None
 
 
+def test_measured_times_choose_the_layout_where_given() -> None:
+    op = load_op(conv(320, 1280, 7, k=1))
+    variants = packed_variants(op, ["W"], block=16)
+    assert variants
+    seen: list[tuple[int, ...]] = []
+
+    def as_given_fastest(e):  # type: ignore[no-untyped-def]
+        seen.append(e.tensor("W").shape)
+        return 1e-3 if e.tensor("W").shape == op.tensor("W").shape else 2e-3
+
+    # the model picks a packed layout (above); a measurement that says otherwise wins
+    assert choose_layout(op, CPU, ["W"], measured=as_given_fastest) is None
+    assert sorted(seen) == sorted([op.tensor("W").shape] + [v.expr.tensor("W").shape for v in variants])
+    last = variants[-1].expr.tensor("W").shape
+    picked = choose_layout(op, CPU, ["W"], measured=lambda e: 1e-4 if e.tensor("W").shape == last else 1e-3)
+    assert picked is not None and picked.expr.tensor("W").shape == last
+    # nothing measured (no kernel ran): the model's choice
+    assert choose_layout(op, CPU, ["W"], measured=lambda e: None) == choose_layout(op, CPU, ["W"])
+
+
+@needs_device
+def test_cold_runs_overwrite_the_caches_between_runs() -> None:
+    from roller.backends.opencl import launcher
+
+    op = load_op(conv(64, 64, 14))
+    [prog] = construct(op, CPU, top_k=1)
+    runner = CL.compile(CL.render(prog, CPU), CPU)
+    x = roller.numpy_reference.random_inputs(op, seed=0)
+    assert runner.time([x["X"], x["W"]], repeat=3, cold=True) > 0
+    assert id(runner.queue) in launcher._EVICTORS
+    calls = []
+    real = launcher._EVICTORS[id(runner.queue)]
+    launcher._EVICTORS[id(runner.queue)] = lambda: calls.append(1) or real()
+    try:
+        runner.time([x["X"], x["W"]], repeat=4, warmup=1, cold=True)
+        runner.time([x["X"], x["W"]], repeat=4, warmup=1)
+    finally:
+        launcher._EVICTORS[id(runner.queue)] = real
+    assert len(calls) == 4   # once before each timed run, and only when asked
+
+
 def test_a_covering_block_rounds_a_short_axis_up_to_the_threads_run() -> None:
     assert 8 in block_sizes(7, 4, 16, 0.2)      # one block of 8 over a 7-wide axis (padding 1/8)
     assert block_sizes(7, 4, 16, 0.0) == []     # no padding allowed: none

@@ -53,8 +53,9 @@ class Runner(abc.ABC):
         """Run once on ``inputs`` (in launch.json's argument order); the output array."""
 
     @abc.abstractmethod
-    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
-        """Median kernel time in seconds."""
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2, cold: bool = False) -> float:
+        """Median kernel time in seconds; with ``cold``, with the device's caches overwritten before each run
+        where the backend can do that (OpenCL), as they are hot otherwise."""
 
     def launch(self, buffers: list[Any]) -> Any:
         """Enqueue one run on ``buffers`` of this backend's ``Device`` (inputs in argument order, then the

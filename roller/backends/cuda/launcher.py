@@ -119,7 +119,7 @@ class CudaRunner(Runner):
             return out
         return host
 
-    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2, cold: bool = False) -> float:
         return self.time_device(self.upload(inputs), self.alloc_output(), repeat, warmup)
 
     def time_device(self, dev_inputs: list[Any], dev_out: Any, repeat: int = 10, warmup: int = 2) -> float:

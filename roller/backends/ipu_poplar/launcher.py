@@ -111,7 +111,7 @@ class PoplarRunner(Runner):
             return out
         return y
 
-    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2, cold: bool = False) -> float:
         self.last_seconds = None
         self._run(inputs, repeat)
         if self.last_seconds is None:

@@ -187,17 +187,23 @@ class CLRunner(Runner):
             return out
         return host
 
-    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2, cold: bool = False) -> float:
         """Median seconds of one run on the device: the kernel, and before it the copy of every input its
-        program reads padded into the padded buffer's interior (what a model's executor does each run)."""
+        program reads padded into the padded buffer's interior (what a model's executor does each run). With
+        ``cold``, every core's cache is overwritten before each run (untimed), as the other kernels of a model
+        do between two runs of one: a layer's weights then come from the shared cache or memory, not from the
+        core's own, where repeated runs of the kernel alone leave them."""
         bufs, obuf, _ = self._buffers(inputs, None)
         copies = self._pad_copies(bufs, inputs)
+        evict = _evictor(self.ctx, self.queue) if cold else None
         for _ in range(warmup):
             for c in copies:
                 c()
             self._launch(bufs, obuf).wait()
         times = []
         for _ in range(repeat):
+            if evict is not None:
+                evict()
             events = [c() for c in copies]
             ev = self._launch(bufs, obuf)
             ev.wait()
@@ -238,6 +244,23 @@ class CLRunner(Runner):
                 return ev
             out.append(copy)
         return out
+
+
+#: bytes written to push a kernel's data out of the cores' own caches (this machine's: 2 MiB of L2 per core;
+#: twice the largest per-core cache the bundled CPU descriptions name, for both of two cores)
+EVICT_BYTES = 16 << 20
+_EVICTORS: dict[int, Any] = {}
+
+
+def _evictor(ctx: Any, queue: Any) -> Any:
+    """A call that enqueues, on ``queue``, a kernel writing ``EVICT_BYTES`` across all the device's cores."""
+    if id(queue) not in _EVICTORS:
+        cl = import_opencl()
+        prg = cl.Program(ctx, "__kernel void rl_evict(__global float4* b) { b[get_global_id(0)] = (float4)(0.0f); }")
+        kernel = cl.Kernel(prg.build(), "rl_evict")
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=EVICT_BYTES)
+        _EVICTORS[id(queue)] = lambda: kernel(queue, (EVICT_BYTES // 16,), None, buf)
+    return _EVICTORS[id(queue)]
 
 
 def _sized(spec: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:

@@ -163,7 +163,7 @@ class HipRunner(Runner):
             return out
         return host
 
-    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2) -> float:
+    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2, cold: bool = False) -> float:
         hip = _hip()
         bufs, dev_out, _ = self._device(inputs)
         start, stop = _check(hip.hipEventCreate()), _check(hip.hipEventCreate())
