@@ -180,10 +180,10 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
         steps.append(CopyStep(value_buffer[value], padded[key],
                               rects(src.shape, pad.shape, piece, dtype_of(pad.dtype).itemsize), node))
         return padded[key]
-    # Values held inside a border (roller.graph.padding): the step that makes one writes only the interior, so
-    # its buffer holds the fill around it from the start and passes only to values with the same border.
 
     def bordered_buffer(value: str, border: Border) -> int:
+        # A value held inside a border (roller.graph.padding): the step that makes it writes only the interior,
+        # so its buffer holds the fill around it from the start and passes only to values with the same border.
         v = graph.values[value]
         pad = InputPad(v.shape, border.pads, border.fill, v.dtype)
         for b in free:

@@ -3,10 +3,12 @@
 On a CPU a window (a convolution's ``X[h+r-1, w+s-1]``) reads a padded copy of its input, so that no read
 needs a bounds test; an executor then copies the value into the interior of a buffer that holds the pad value
 around it, before every such kernel. On PoCL that copy ran at a single core's memory speed: in MobileNetV2 the
-18 copies took 1.5 ms of a 9.7 ms run. Where every reader of a value reads it with the same padding, the
+18 copies took 1.5 ms of a 9.7 ms run. Where the readers that pad a value all want the same padding, the
 operator that makes the value writes it into that interior itself (``write_padded``: the same operator with
-its output's index moved), the readers read the padded value as it is (``read_padded``), and the plan gives it
-a buffer filled once (``roller.graph.memory``): no copy is left.
+its output's index moved), every reader reads the padded value as it is (``read_padded``: the window without a
+copy, a residual add its interior), and the plan gives it a buffer filled once (``roller.graph.memory``): no
+copy is left. The caller's ``worth`` (the micro-performance model, in ``roller.models.build_kernels``) decides
+per value, since a producer whose rows no longer fuse can run slower than the copy it saves.
 """
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ from roller.ir.fuse import read_padded, write_padded
 from roller.ir.tensor_expr import TensorExpr
 
 Pads = tuple[tuple[int, int], ...]
-
-
 Change = tuple[TensorExpr, TensorExpr]  # an operator's expression before and after the rewrite
 
 
