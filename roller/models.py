@@ -307,6 +307,7 @@ def build_kernels(graph: Graph, hw: HardwareDesc, backend: Any, top_k: int = 10,
     hold_padded(graph, lambda expr: read_pads(expr, hw),
                 lambda changes, nbytes: sum(seconds(new) for _, new in changes)
                 <= sum(seconds(old) for old, _ in changes) + copy_seconds(nbytes, hw))
+
     def measured(expr: TensorExpr) -> float | None:
         # The kernel the layout would get, built as it will be (a cache hit when it is the one kept), timed with
         # the cores' caches overwritten before each run where the device can: alone and hot, unblocked 3x3

@@ -146,9 +146,9 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
     value_buffer: dict[str, int] = {}
     holders: dict[int, list[str]] = {}
 
-    def new(nbytes: int, role: str, value: str) -> int:
+    def new(nbytes: int, role: str, value: str, fill: float | None = None) -> int:
         bid = len(buffers)
-        buffers.append(Buffer(bid, nbytes, role, ()))
+        buffers.append(Buffer(bid, nbytes, role, (), fill))
         holders[bid] = [value]
         return bid
 
@@ -158,8 +158,7 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
     for v in graph.inputs:
         if v in held:
             size = math.prod(held[v].shape) * dtype_of(held[v].dtype).itemsize
-            value_buffer[v] = new(size, "input", v)
-            buffers[value_buffer[v]] = Buffer(value_buffer[v], size, "input", (), held[v].value)
+            value_buffer[v] = new(size, "input", v, held[v].value)
             bordered[value_buffer[v]] = held[v]
         else:
             value_buffer[v] = new(graph.values[v].nbytes, "input", v)
@@ -171,8 +170,7 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
     def padded_copy(value: str, pad: InputPad, nth: int, node: str) -> int:
         key = (pad, nth)
         if key not in padded:
-            padded[key] = new(math.prod(pad.shape) * dtype_of(pad.dtype).itemsize, "padded", value)
-            buffers[padded[key]] = Buffer(padded[key], buffers[padded[key]].nbytes, "padded", (), pad.value)
+            padded[key] = new(math.prod(pad.shape) * dtype_of(pad.dtype).itemsize, "padded", value, pad.value)
         else:
             holders[padded[key]].append(value)
         src = graph.values[value]
@@ -191,8 +189,7 @@ def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = 
                 free.remove(b)
                 holders[b].append(value)
                 return b
-        bid = new(v.nbytes, "padded", value)
-        buffers[bid] = Buffer(bid, v.nbytes, "padded", (), border.fill)
+        bid = new(v.nbytes, "padded", value, border.fill)
         bordered[bid] = pad
         return bid
 
