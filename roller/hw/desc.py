@@ -53,6 +53,9 @@ class MemoryLayer:
     line_bytes: int                          # coalescing unit / cache line / one row of banks
     banks: int | None = None                 # block scope: number of banks
     bank_width_bytes: int | None = None      # block scope: bytes per bank per cycle
+    # device scope: stores of whole transactions can bypass the caches (x86 non-temporal stores), so that a
+    # store to a line that is not cached needs no read of it first
+    streaming_stores: bool = False
 
     @property
     def capacity(self) -> int:
@@ -223,6 +226,8 @@ class HardwareDesc:
                 d["banks"] = layer.banks
             if layer.bank_width_bytes is not None:
                 d["bank_width_bytes"] = layer.bank_width_bytes
+            if layer.streaming_stores:
+                d["streaming_stores"] = True
             memory.append(d)
         par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
         if par["hardware_threads_per_unit"] is None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from roller.errors import InputError
 from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, map_reads
 from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
-from roller.ir.vector import VECTOR_WIDTHS, reduction_vector, vector_width
+from roller.ir.vector import VECTOR_WIDTHS, flat_step, reduction_vector, vector_width
 from roller.program import RProgram
 
 
@@ -36,6 +36,9 @@ class Dialect:
     vector_loads: bool = False  # OpenCL C's floatN, vloadN/vstoreN: CPU kernels vectorise inside a work-item
     # a 16-byte type whose loads and stores stage a tile's contiguous rows (CUDA's uint4); "": element by element
     stage_vector: str = ""
+    # a store of one whole vector past the caches ({v}: the vector, {vtype}: its type, {ptr}: where, aligned to
+    # the vector's size), for outputs larger than the caches (lower's ``stream_bytes``); "": none
+    streaming_store: str = ""
     # 64-bit integer types, for index arithmetic that 32 bits cannot hold (see index_types)
     wide_int: str = "long long"
     wide_uint: str = "unsigned long long"
@@ -151,6 +154,9 @@ class VecPlan:
     axis: str  # the last spatial axis: its register points are adjacent in rl_j
     vtype: str  # e.g. float16
     flavors: list[VecFlavor]
+    # how the whole vectors inside the axis are stored past the caches (the dialect's streaming store of rl_vr at
+    # {ptr}, aligned: lower's ``stream_bytes``); "": vstoreN
+    stream: str = ""
 
 
 @dataclass
@@ -361,8 +367,10 @@ def combine_stmt(reduce_op: str | None, d: Dialect, vector: bool = False) -> str
     return "{acc} = {val};"
 
 
-def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None) -> KernelPlan:
-    """The kernel plan of ``prog``.
+def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None,
+          streaming: Streaming | None = None) -> KernelPlan:
+    """The kernel plan of ``prog``. With ``streaming``, an output that large stores its whole, aligned vectors
+    with the dialect's streaming store (``_streamed``).
 
     When the block's layer is a scratchpad (scope 'block': shared memory, LDS) each reduction step is staged
     into it; when it is a cache (scope 'cache': a CPU's L2 under PoCL) threads read through it directly, and
@@ -393,7 +401,11 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         else:
             spatial.append(AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i],
                                     -(-a.extent // b_tile[i]), 0, 0, 0))
-    _decode(spatial)
+    out = _tensor_plan(expr.output, d)
+    cpu_vectors = blocked and not staged and d.vector_loads
+    stream = cpu_vectors and streaming is not None and not prog.runtime and \
+        _streamed(expr, spatial, out, d, streaming)
+    _decode(spatial, _read_axis(expr, spatial) if stream else None)
     div_r = div_k = 1
     for ax in reversed(reduce):
         ax.bdiv, ax.tdiv = div_r, div_k
@@ -489,7 +501,6 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         epilogue_inputs.append(tp)
     epilogue = render_epilogue(expr, d, epilogue_inputs, "rl_r", lambda tp, idx: _global_read(
         tp, idx, var_global, expr.pad_value, d))
-    out = _tensor_plan(expr.output, d)
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
     init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
     combine = combine_stmt(expr.reduce_op, d)
@@ -503,9 +514,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
     out.ranges = ranges
-    cpu_vectors = blocked and not staged and d.vector_loads
     rvec = _reduce_vec_plan(expr, spatial, reduce, inputs, d) if cpu_vectors else None
-    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d) if cpu_vectors and rvec is None else None
+    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d, stream) if cpu_vectors and rvec is None else None
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode,
@@ -562,15 +572,72 @@ def hoist_divisor(expr: TensorExpr) -> TensorExpr:
         expr.epilogue, lambda r: BinOp("/", r, c) if r.tensor == expr.output.name else r))
 
 
-def _decode(spatial: list[AxisPlan]) -> None:
+def _decode(spatial: list[AxisPlan], fastest: str | None = None) -> None:
     """Set the spatial axes' decode divisors. The last axis varies fastest (in block ids, thread ids and register
-    points alike), so that adjacent threads work on adjacent output elements of the innermost dimension."""
-    div_b = div_t = div_j = 1
+    points alike), so that adjacent threads work on adjacent output elements of the innermost dimension; with
+    ``fastest``, that axis varies fastest in thread ids instead (a streamed output: ``_read_axis``)."""
+    div_b = div_j = 1
     for ax in reversed(spatial):
-        ax.bdiv, ax.tdiv, ax.jdiv = div_b, div_t, div_j
+        ax.bdiv, ax.jdiv = div_b, div_j
         div_b *= ax.blocks
-        div_t *= ax.threads
         div_j *= ax.thread
+    div_t = 1
+    inner_first = spatial[::-1]
+    for ax in [a for a in inner_first if a.name == fastest] + [a for a in inner_first if a.name != fastest]:
+        ax.tdiv = div_t
+        div_t *= ax.threads
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """When a CPU kernel stores past the caches: outputs of at least ``min_bytes`` (more than the caches hold),
+    in vectors of whole transactions (``whole_bytes``: a streaming store of part of a line writes the line in
+    pieces)."""
+
+    min_bytes: int
+    whole_bytes: int
+
+
+def _streamed(expr: TensorExpr, spatial: list[AxisPlan], out: TensorPlan, d: Dialect, streaming: Streaming) -> bool:
+    """Whether a CPU kernel's output streams past the caches: the dialect has a streaming store, the output is
+    large enough (a store that fills the cache first would only evict, and for a line not yet cached read it
+    from memory for nothing), and every vector the kernel stores whole is whole transactions and aligned to its
+    size, which a streaming store needs: the vector axis is the output's contiguous one, its
+    tiles start at multiples of the width, and every other axis and the index's constant move the offset by
+    whole vectors (buffers start at CL_DEVICE_MEM_BASE_ADDR_ALIGN, 128 bytes or more). A transpose whose rows
+    of vectors land 16 KiB apart wrote 0.26x of a copy kernel's bandwidth through the caches, 0.77x streamed
+    (docs/opencl.md, "Streaming stores")."""
+    if not d.streaming_store or not spatial or out.view is not None or \
+            expr.output.size * expr.output.itemsize < streaming.min_bytes:
+        return False
+    ax = spatial[-1]
+    width = vector_width(ax.thread)
+    acc = d.ctype[expr.acc_dtype]
+    if not width or ax.block % width or width * expr.output.itemsize % streaming.whole_bytes or \
+            any(d.ctype[t.dtype] != acc for t in (*expr.inputs, expr.output)):
+        return False
+    if _flat_coef(expr.out_index, out.strides, ax.name) != 1:
+        return False
+    others = {a.name for a in spatial[:-1]}
+    const = sum(i.const * s for i, s in zip(expr.out_index, out.strides))
+    return not const % width and all(not _flat_coef(expr.out_index, out.strides, a) % width for a in others)
+
+
+def _read_axis(expr: TensorExpr, spatial: list[AxisPlan]) -> str | None:
+    """With its stores streamed, a kernel's adjacent threads should read adjacent data, for the prefetchers: the
+    spatial axis other than the vector axis along which the largest input is contiguous (a transpose's input
+    rows), or None where the vector axis is that axis too. Threads ordered along the output instead read the
+    transpose's input 16 rows at a time, 16 KiB apart, at 0.26-0.37x of a copy kernel even with streamed stores;
+    along the input, 0.75-0.83x."""
+    if len(spatial) < 2:
+        return None
+    names = [a.name for a in spatial[:-1]]
+    for t in sorted((t for t in expr.inputs if t.view is None), key=lambda t: -t.size * t.itemsize):
+        for idx in expr.accesses(t.name):
+            for a in names:
+                if flat_step(t.shape, idx, a) == 1:
+                    return a
+    return None
 
 
 def _lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPlan:
@@ -689,7 +756,7 @@ UNROLL_WINDOW = 16
 
 
 def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
-              epilogue_inputs: list[TensorPlan], out: TensorPlan, d: Dialect) -> VecPlan | None:
+              epilogue_inputs: list[TensorPlan], out: TensorPlan, d: Dialect, stream: bool = False) -> VecPlan | None:
     """The vector form of a CPU kernel's register tile, or None where it does not apply: no spatial axis, a
     last-axis thread run that no vector width divides, or a tensor that is not the accumulator's type (the
     vector path would need conversions)."""
@@ -750,7 +817,8 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
             whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
             flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial), run_start=cross,
                                      epilogue=epilogue(partial)))
-    return VecPlan(width, ax.name, vtype, flavors)
+    streaming = d.streaming_store.format(v="rl_vr", vtype=vtype, ptr="{ptr}") if stream and offset else ""
+    return VecPlan(width, ax.name, vtype, flavors, stream=streaming)
 
 
 def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis: str) -> int:

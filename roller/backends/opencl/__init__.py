@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from roller.backends import Artifact, Backend, Device, Runner
 from roller.backends.c_family.launch import launch_json
-from roller.backends.c_family.plan import Dialect, lower
+from roller.backends.c_family.plan import Dialect, Streaming, lower
 from roller.backends.c_family.render import render
 from roller.errors import InputError
 from roller.settings import settings
@@ -23,8 +23,20 @@ DIALECT = Dialect(
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
            "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
-    wide_index=True,
+    wide_index=True, streaming_store="__builtin_nontemporal_store({v}, (__global {vtype}*)({ptr}))",
     conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")}, language="OpenCL C")
+
+
+def streaming(hw: HardwareDesc) -> Streaming | None:
+    """When kernels store past the caches, on a description whose global memory takes streaming stores: outputs
+    larger than its cache layers (and its block layers, on every unit) hold together, in whole transactions."""
+    glob = hw.memory[0]
+    if not glob.streaming_stores:
+        return None
+    units = hw.parallelism.compute_units
+    held = sum((layer.capacity_bytes or 0) if layer.scope == "cache" else (layer.capacity_per_unit_bytes or 0) * units
+               for layer in hw.memory[1:] if layer.scope in ("cache", "block"))
+    return Streaming(held + 1, glob.transaction_bytes)
 
 
 class OpenCLBackend(Backend):
@@ -46,7 +58,8 @@ class OpenCLBackend(Backend):
                              "OpenCL backend does not render; use the description's own backend",
                              field="--backend")
         mapping = settings.opencl.mapping  # "blocked" / "strided": override for experiments
-        plan = lower(prog, DIALECT, blocked=None if not mapping else mapping == "blocked")
+        plan = lower(prog, DIALECT, blocked=None if not mapping else mapping == "blocked",
+                     streaming=streaming(hw))
         src = render(plan, DIALECT, TEMPLATES, "kernel.cl.j2", line=prog.line(), statement=prog.expr.statement())
         launch = launch_json(prog, plan, "opencl")
         return Artifact(plan.name, {f"kernel.{self.file_ext}": src}, launch, main_file=f"kernel.{self.file_ext}",

@@ -31,6 +31,26 @@ __kernel void copy(__global const float4 *restrict src, __global float4 *restric
 }
 """
 
+# A transpose's stores without its shuffles: each work-item reads 16 rows' 64-byte vectors and writes them 16 rows
+# apart in the other matrix, through the caches (vstore16) or past them (STREAM: clang's non-temporal store, what
+# the OpenCL backend emits on a description with streaming_stores). Stores that miss the caches in a scattered
+# order wait for each line to be read first; streamed, they do not.
+_ROWS_SRC = r"""
+__kernel void rows(__global const float *restrict a, __global float *restrict b, int n) {
+    const int t = get_global_id(0);
+    const int col = (t % (n / 16)) * 16;
+    const int row = (t / (n / 16)) * 16;
+    for (int r = 0; r < 16; ++r) {
+        const float16 v = vload16(0, a + (long)(row + r) * n + col);
+#ifdef STREAM
+        __builtin_nontemporal_store(v, (__global float16 *)(b + (long)(col + r) * n + row));
+#else
+        vstore16(v, 0, b + (long)(col + r) * n + row);
+#endif
+    }
+}
+"""
+
 # Each work-item owns K float4 slots of a __local array (stride = work-group size), reads all of them with four
 # independent accumulators and writes two rotating slots back per iteration (so nothing can be hoisted).
 _LOCAL_SRC = r"""
@@ -190,6 +210,8 @@ class ProbeResult:
     native_vector_width: int = 1
     fp32_vector_width: int = 0
     global_gbps: list[float] = field(default_factory=list)
+    # GB/s of the scattered 64-byte stores through the caches and past them (None: no streaming store builds)
+    rows_gbps: tuple[float, float | None] | None = None
     local_gbps: list[float] = field(default_factory=list)
     fp32_tflops: list[float] = field(default_factory=list)
     launch_us: float = 0.0
@@ -277,6 +299,11 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
     times = _time(queue, lambda: cl.enqueue_nd_range_kernel(queue, copy, (n4,), (wg,)), runs, cl)
     res.global_gbps = [2 * nbytes / t / 1e9 for t in times]
     log(f"      median {statistics.median(res.global_gbps):.1f} GB/s, best {max(res.global_gbps):.1f} GB/s")
+    res.rows_gbps = _probe_streaming(cl, ctx, queue, dev, nbytes, runs, options)
+    if res.rows_gbps is not None:
+        plain, streamed = res.rows_gbps
+        log(f"      rows of vectors 16 apart: {plain:.1f} GB/s through the caches, "
+            + (f"{streamed:.1f} GB/s streamed" if streamed else "no streaming store"))
     src.release()
     dst.release()
 
@@ -323,6 +350,43 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
     _probe_tiles(cl, ctx, queue, res, quick, log)
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _probe_streaming(cl: Any, ctx: Any, queue: Any, dev: Any, nbytes: int, runs: int,
+                     options: list[str]) -> tuple[float, float | None] | None:
+    """GB/s of the scattered-store kernel (_ROWS_SRC) on a square matrix of about ``nbytes``, through the caches
+    and streamed; None where the matrix would be under 64 x 64."""
+    n = int((nbytes // 4) ** 0.5) // 64 * 64
+    if n < 64:
+        return None
+    mf = cl.mem_flags
+    a = cl.Buffer(ctx, mf.READ_ONLY, n * n * 4)
+    b = cl.Buffer(ctx, mf.WRITE_ONLY, n * n * 4)
+    cl.enqueue_fill_buffer(queue, a, b"\x00\x00\x80\x3f", 0, n * n * 4).wait()
+    items = (n // 16) ** 2
+    wg = _work_group(dev, items)
+    gbps: list[float | None] = []
+    for extra in ([], ["-DSTREAM"]):
+        try:
+            kernel = cl.Kernel(cl.Program(ctx, _ROWS_SRC).build(options=options + extra), "rows")
+        except (cl.Error, RuntimeError):   # an OpenCL compiler without clang's builtin
+            gbps.append(None)
+            continue
+        kernel.set_args(a, b, _np_int(n))
+
+        def launch(k: Any = kernel) -> Any:
+            return cl.enqueue_nd_range_kernel(queue, k, (items,), (wg,))
+
+        times = _time(queue, launch, runs, cl)
+        gbps.append(2 * n * n * 4 / statistics.median(times) / 1e9)
+    a.release()
+    b.release()
+    plain, streamed = gbps
+    return None if plain is None else (plain, streamed)
+
+
+#: how much faster the streamed rows must be for the description to say ``streaming_stores``
+STREAMING_GAIN = 1.2
 
 
 def _probe_overheads(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
@@ -504,6 +568,9 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
     w(f"    bandwidth_gbps: {{peak: {_g(gl_peak)}, effective: {_g(gl_eff)}}}   # measured: float4 copy kernel")
     w(f"    transaction_bytes: {line}                         # queried CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE")
     w(f"    line_bytes: {line}                                # queried CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE")
+    if r.rows_gbps is not None and r.rows_gbps[1] is not None and r.rows_gbps[1] >= STREAMING_GAIN * r.rows_gbps[0]:
+        w(f"    streaming_stores: true                            # measured: rows of 64-byte vectors 16 apart, "
+          f"{_g(r.rows_gbps[1])} GB/s streamed, {_g(r.rows_gbps[0])} through the caches")
     cached = r.local_mem_is_global
     if cached:
         # Local memory is cached RAM: describe the cache it lives in (scope cache); kernels read through it
