@@ -100,6 +100,9 @@ class TensorPlan:
     stage_divs: list[int] = field(default_factory=list)  # decode divisors over the tile's vectors
     # unstaged reads: the largest value of every axis variable an index of this tensor is computed from
     ranges: dict[str, int] = field(default_factory=dict)
+    # the smallest value of an axis variable where it is not 0 (a kernel version for the threads whose windows
+    # stay inside the tensor: _interior)
+    lows: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -243,6 +246,11 @@ class KernelPlan:
     stages: list[StagePlan] = field(default_factory=list)
     row_vec: RowVecPlan | None = None
     rvec: ReduceVecPlan | None = None
+    # the vector path's register tile outside a whole unrolled window (reduce_loops): each output's window is
+    # summed before the next output's, with one vector of partial sums live instead of the tile's 28 (a 3x3
+    # average pool on PoCL, 7 alternating rounds: 0.84x of a copy kernel against 0.80x; by hand 0.79-1.1x
+    # against 0.65-0.76x)
+    window_inner: bool = False
     # extents given at launch (RProgram.runtime): (axis, factor) of each axis that runs to factor * RUNTIME_ARG
     runtime: list[tuple[str, int]] = field(default_factory=list)
     n_rtiles_c: str = ""  # the staged reduction's tile count where a reduced axis's extent is an argument
@@ -516,11 +524,12 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     out.ranges = ranges
     rvec = _reduce_vec_plan(expr, spatial, reduce, inputs, d) if cpu_vectors else None
     vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d, stream) if cpu_vectors and rvec is None else None
+    loops = reduce_loops(reduce, window=_unshared(expr))
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         reduce_points=red_div, reduce_decode=reduce_decode,
         spatial=spatial, reduce=reduce, inputs=inputs, output=out, staged=staged,
-        reduce_loops=reduce_loops(reduce, window=_unshared(expr)),
+        reduce_loops=loops, window_inner=vec is not None and bool(loops) and all(u == -1 for _, _, u in loops),
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         n_rtiles_c=" * ".join(ax.blocks_c or str(ax.blocks) for ax in reduce) if any(ax.blocks_c for ax in reduce)
         else "", runtime=list(prog.runtime),
@@ -776,12 +785,12 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
     across = {a.name: a.jdiv for a in spatial[:-1] if a.thread % width == 0 and not a.extent % a.block} \
         if not ax.extent % ax.block else {}
 
-    def body(clamp: dict[str, int]) -> str:
+    def body(clamp: dict[str, int], plans: list[TensorPlan] = inputs) -> str:
         reads = {}
-        for tp in inputs:   # the unstaged plans lower() made, in expr.inputs order
+        for tp in plans:   # the unstaged plans lower() made, in expr.inputs order
             for idx in expr.accesses(tp.name):
                 reads[(tp.name, idx)] = _vector_read(tp, idx, ax.name, ax.extent, width, vtype, expr.pad_value, d,
-                                                     clamp, across)
+                                                     clamp, across, aligned=not ax.block % width)
         def axis_v(a: str) -> str:
             lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
             return f"(({vtype})((float){var_global(a)}){lanes})"
@@ -817,8 +826,46 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
             whole = " && ".join(filter(None, [guard(rows), f"rl_g_{ax.name} + {width - 1} < {ax.extent}"]))
             flavors.append(VecFlavor("", body(partial), offset, whole, True, guard(partial), run_start=cross,
                                      epilogue=epilogue(partial)))
+    bounds = _interior(expr, spatial, inputs, rows)
+    if bounds:
+        # First, the threads whose windows stay inside the tensors read without bounds tests.
+        narrowed = [replace(tp, ranges={**tp.ranges, **{a: hi for a, (_, hi) in bounds.items()}},
+                            lows={a: lo for a, (lo, _) in bounds.items()}) for tp in inputs]
+        runs = {a.name: (f"rl_s_{a.name} + rl_t_{a.name} * {a.thread}", a.thread) for a in spatial}
+        tests = [f"{runs[a][0]} >= {lo}" for a, (lo, _) in bounds.items() if lo > 0] + \
+                [f"{runs[a][0]} + {runs[a][1] - 1} <= {hi}" for a, (_, hi) in bounds.items()]
+        flavors.insert(0, replace(inside, cond=" && ".join(filter(None, [*tests, inside.cond])),
+                                  body=body(rows, narrowed)))
     streaming = d.streaming_store.format(v="rl_vr", vtype=vtype, ptr="{ptr}") if stream and offset else ""
     return VecPlan(width, ax.name, vtype, flavors, stream=streaming)
+
+
+def _interior(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
+              clamp: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """The range of each spatial axis inside which a window read needs no bounds test (a pooling window's
+    ``h + r - 1`` for every ``r``), where some thread's run lies wholly inside it: ``{axis: (lo, hi)}``. Only
+    dimensions indexed by one spatial axis (with a positive step) and reduction axes count. A 3x3 average pool
+    read its input unpadded with a bounds test on each of its nine loads per output vector, at 0.40x of a copy
+    kernel; a kernel reading a padded copy without them ran at 0.6-0.96x (docs/opencl.md)."""
+    names = {a.name: a for a in spatial}
+    bounds: dict[str, tuple[int, int]] = {}
+    for tp in inputs:
+        if tp.view is not None:
+            continue
+        maxes = _maxes(tp, clamp)
+        for idx in expr.accesses(tp.name):
+            for dim, i in enumerate(idx):
+                moving = [(a, c) for a, c in i.terms if a in names]
+                if len(moving) != 1 or moving[0][1] <= 0 or not _guarded(tp, dim, i, maxes):
+                    continue
+                a, c = moving[0]
+                rest = [cr * maxes.get(r, 0) for r, cr in i.terms if r != a]
+                lo = -((i.const + sum(min(0, x) for x in rest)) // c)   # the ceiling of -low / c
+                hi = (tp.sizes[dim] - 1 - i.const - sum(max(0, x) for x in rest)) // c
+                was = bounds.get(a, (lo, hi))
+                bounds[a] = (max(was[0], lo), min(was[1], hi))
+    return {a: (lo, hi) for a, (lo, hi) in bounds.items()
+            if names[a].thread <= hi - lo + 1 and (lo > 0 or hi < names[a].extent - 1)}
 
 
 def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis: str) -> int:
@@ -827,11 +874,13 @@ def _flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis:
 
 
 def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent: int, width: int, vtype: str,
-                 pad: float, d: Dialect, clamp: dict[str, int], across: dict[str, int] | None = None) -> str:
+                 pad: float, d: Dialect, clamp: dict[str, int], across: dict[str, int] | None = None,
+                 aligned: bool = False) -> str:
     """``width`` adjacent points of one read along ``axis``: one broadcast element, one vector load, or (a
     view, a stride, a guard that differs from lane to lane, a run across the axis's end) the lanes' scalar
     reads gathered into a vector. Plain indices of the axes in ``clamp`` are clamped into range, as in the
-    scalar path."""
+    scalar path. ``aligned``: the runs along ``axis`` start at multiples of ``width``, so that a window's
+    vectors across the tensor's edge load whole (_border_vector)."""
     def lane(k: int) -> Callable[[str], str]:
         return lambda a: f"({var_global(a)} + {k})" if a == axis and k else var_global(a)
 
@@ -865,11 +914,80 @@ def _vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent
     moving = any(_guarded(tp, dim, i, maxes) and i.coefs.get(axis, 0) for dim, i in enumerate(idx))
     if moving:
         ends += _global_address(tp, idx, lane(width - 1), rows, d, inside)[0]
+        border = None if axis in clamp or not aligned else \
+            _border_vector(tp, idx, axis, width, vtype, pad, d, rows, inside, conds)
+        if border is not None:
+            return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {border(gathered())})"
     if ends:
         return f"({' && '.join(dict.fromkeys(conds + ends))} ? {load} : {gathered()})"
     if conds:
         return f"({' && '.join(conds)} ? {load} : ({vtype})({_c_float(pad, d)}))"
     return load
+
+
+def _border_vector(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: int, vtype: str, pad: float,
+                   d: Dialect, rows: dict[str, int], inside: dict[str, int],
+                   conds: list[str]) -> Callable[[str], str] | None:
+    """A window's vector across a tensor's edge (``w + s - 1`` for the run's first or last vector) as one load
+    of the vector at the edge and its lanes moved over, the pad value in the lanes outside, instead of its lanes
+    gathered one by one: for each number of lanes outside that the window can reach, a test of the first
+    lane's index picks the version. The result takes the gathered vector as the last resort (``None`` where this
+    does not apply: the lanes move along a dimension that is not contiguous, or along more than one). A 3x3
+    average pool's border vectors gathered eight lanes each, one of nine loads for every row's first and last
+    vector, and ran at 0.60x of a copy kernel; without them 0.95x (docs/opencl.md)."""
+    maxes = _maxes(tp, rows, inside)
+    guarded = [dim for dim, i in enumerate(idx) if _guarded(tp, dim, i, maxes)]
+    moving = [dim for dim in guarded if idx[dim].coefs.get(axis, 0)]
+    if tp.view is not None or len(moving) != 1 or len(conds) != len(guarded):
+        return None
+    dm = moving[0]
+    i = idx[dm]
+    size = tp.sizes[dm]
+    if i.coefs[axis] != 1 or tp.strides[dm] != 1 or size < width or any(a in rows for a, _ in i.terms):
+        return None
+    # The vector's first lane sits at a multiple of the width (aligned runs), its last inside the axis.
+    first = (-(-tp.lows.get(axis, 0) // width) * width, (maxes[axis] - width + 1) // width * width)
+    ends = [first if a == axis else (c * tp.lows.get(a, 0), c * max(maxes.get(a, 0), 0)) for a, c in i.terms]
+    low = i.const + sum(min(e) for e in ends)
+    high = i.const + sum(max(e) for e in ends)
+    left, right = min(width - 1, -low), min(width - 1, high + width - size)
+    if left <= 0 and right <= 0:
+        return None
+    q0 = f"({_affine_c(i, var_global, d.wide_int)})"
+    fill = _c_float(pad, d)
+
+    def at(first: int) -> str:
+        moved = tuple(Affine((), first) if dim == dm else j for dim, j in enumerate(idx))
+        return f"vload{width}(0, {tp.name} + {_global_address(tp, moved, var_global, rows, d, inside)[1]})"
+
+    versions = [(f"{q0} == -{k}", f"({vtype})({', '.join([fill] * k + _lanes(at(0), range(width - k)))})")
+                for k in range(1, left + 1)]
+    versions += [(f"{q0} == {size - width + k}",
+                  f"({vtype})({', '.join(_lanes(at(size - width), range(k, width)) + [fill] * k)})")
+                 for k in range(1, right + 1)]
+    others = [c for dim, c in zip(guarded, conds) if dim != dm]
+
+    # Where the versions cover every first lane the window reaches outside the tensor, the last needs no test
+    # and nothing is gathered: the gathered lanes' code, folded away only after unrolling, kept PoCL from
+    # unrolling the register tile's loop at all.
+    covered = -low < width and high + width - size < width
+
+    def chain(fallback: str) -> str:
+        out = versions[-1][1] if covered else fallback
+        for test, vec in reversed(versions[:-1] if covered else versions):
+            out = f"({test} ? {vec} : {out})"
+        return f"({' && '.join(others)} ? {out} : ({vtype})({fill}))" if others else out
+
+    return chain
+
+
+def _lanes(vector: str, ks: range) -> list[str]:
+    """Lanes ``ks`` (consecutive) of an OpenCL vector expression, as component selections of at most four."""
+    out, ks_list = [], list(ks)
+    for n in range(0, len(ks_list), 4):
+        part = ks_list[n:n + 4]
+        out.append(f"{vector}.s{''.join(format(k, 'x') for k in part)}")
+    return out
 
 
 def _stride2_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent: int, width: int, vtype: str,
@@ -969,7 +1087,7 @@ def _maxes(tp: TensorPlan, clamp: dict[str, int] | None, exact: dict[str, int] |
     on its own (a vector run wholly inside), others run to the end of their tiles (``tp.ranges``)."""
     out = dict(tp.ranges)
     for ax, n in {**(clamp or {}), **(exact or {})}.items():
-        out[ax] = n - 1
+        out[ax] = min(out.get(ax, n - 1), n - 1)
     return out
 
 
@@ -979,9 +1097,9 @@ def _guarded(tp: TensorPlan, dim: int, i: Affine, maxes: dict[str, int]) -> bool
     padded copy (``RProgram.pads``) never leaves it, so its windows need no test."""
     lo = hi = i.const
     for ax, c in i.terms:
-        reach = c * max(maxes.get(ax, 0), 0)
-        lo += min(0, reach)
-        hi += max(0, reach)
+        ends = (c * tp.lows.get(ax, 0), c * max(maxes.get(ax, 0), 0))
+        lo += min(ends)
+        hi += max(ends)
     return lo < 0 or hi >= tp.sizes[dim]
 
 
