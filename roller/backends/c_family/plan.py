@@ -37,7 +37,7 @@ class Dialect:
     # a 16-byte type whose loads and stores stage a tile's contiguous rows (CUDA's uint4); "": element by element
     stage_vector: str = ""
     # a store of one whole vector past the caches ({v}: the vector, {vtype}: its type, {ptr}: where, aligned to
-    # the vector's size), for outputs larger than the caches (lower's ``stream_bytes``); "": none
+    # the vector's size), for outputs larger than the caches (lower's ``streaming``); "": none
     streaming_store: str = ""
     # 64-bit integer types, for index arithmetic that 32 bits cannot hold (see index_types)
     wide_int: str = "long long"
@@ -158,7 +158,7 @@ class VecPlan:
     vtype: str  # e.g. float16
     flavors: list[VecFlavor]
     # how the whole vectors inside the axis are stored past the caches (the dialect's streaming store of rl_vr at
-    # {ptr}, aligned: lower's ``stream_bytes``); "": vstoreN
+    # {ptr}, aligned: lower's ``streaming``); "": vstoreN
     stream: str = ""
 
 
@@ -943,7 +943,8 @@ def _border_vector(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: in
     dm = moving[0]
     i = idx[dm]
     size = tp.sizes[dm]
-    if i.coefs[axis] != 1 or tp.strides[dm] != 1 or size < width or any(a in rows for a, _ in i.terms):
+    if i.coefs[axis] != 1 or tp.strides[dm] != 1 or size < width or any(a in rows for a, _ in i.terms) or \
+            any(j.coefs.get(axis, 0) for dim, j in enumerate(idx) if dim != dm):
         return None
     # The vector's first lane sits at a multiple of the width (aligned runs), its last inside the axis.
     first = (-(-tp.lows.get(axis, 0) // width) * width, (maxes[axis] - width + 1) // width * width)
