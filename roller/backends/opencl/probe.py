@@ -299,13 +299,13 @@ def probe(quick: bool = False, device_spec: str | None = None, log: Callable[[st
     times = _time(queue, lambda: cl.enqueue_nd_range_kernel(queue, copy, (n4,), (wg,)), runs, cl)
     res.global_gbps = [2 * nbytes / t / 1e9 for t in times]
     log(f"      median {statistics.median(res.global_gbps):.1f} GB/s, best {max(res.global_gbps):.1f} GB/s")
+    src.release()
+    dst.release()
     res.rows_gbps = _probe_streaming(cl, ctx, queue, dev, nbytes, runs, options)
     if res.rows_gbps is not None:
         plain, streamed = res.rows_gbps
         log(f"      rows of vectors 16 apart: {plain:.1f} GB/s through the caches, "
             + (f"{streamed:.1f} GB/s streamed" if streamed else "no streaming store"))
-    src.release()
-    dst.release()
 
     # -- local memory ----------------------------------------------------------------------------------------
     k = 16
