@@ -85,11 +85,15 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
             unique.setdefault((i, p.key()), p)
     # Programs the model predicts alike (a transpose's blocks of one size, whatever their shape) are ordered by
     # how many contiguous runs they move: the model's traffic is the same, the memory system's work is not.
+    # An output stored past the caches moves no runs through them: its inputs' runs alone order those.
     geos = {id(form): geo for form, geo in forms}
+    least = hwd.streamed_from()
 
     def rank(p: RProgram) -> tuple:
         geo = geos.get(id(p.expr)) or TileGeometry(p.expr)
-        return p.prediction.time_s, geo.row_runs(p.block_tile.shape), p.key()  # type: ignore[union-attr]
+        out = p.expr.output
+        streamed = least is not None and out.size * out.itemsize >= least
+        return p.prediction.time_s, geo.row_runs(p.block_tile.shape, output=not streamed), p.key()  # type: ignore[union-attr]
 
     ranked = sorted(unique.values(), key=rank)
     if not ranked:

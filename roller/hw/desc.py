@@ -187,6 +187,15 @@ class HardwareDesc:
         gbps = layer.bandwidth_peak_gbps if peak else layer.bandwidth_effective_gbps
         return gbps * 1e9
 
+    def streamed_from(self) -> int | None:
+        """The output size in bytes from which kernels store past the caches, where the global layer takes
+        streaming stores: more than the cache layers (and the block layers, on every unit) hold together."""
+        if not self.memory[0].streaming_stores:
+            return None
+        units = self.parallelism.compute_units
+        return 1 + sum((m.capacity_bytes or 0) if m.scope == "cache" else (m.capacity_per_unit_bytes or 0) * units
+                       for m in self.memory[1:] if m.scope in ("cache", "block"))
+
     def peak_flops(self, dtype: str = "float32", matrix: bool = False, *, peak: bool = False) -> float:
         """Compute throughput in FLOP/s (effective by default) for ``dtype`` on vector or matrix units."""
         entry = self.compute.get(dtype)

@@ -28,15 +28,9 @@ DIALECT = Dialect(
 
 
 def streaming(hw: HardwareDesc) -> Streaming | None:
-    """When kernels store past the caches, on a description whose global memory takes streaming stores: outputs
-    larger than its cache layers (and its block layers, on every unit) hold together, in whole transactions."""
-    glob = hw.memory[0]
-    if not glob.streaming_stores:
-        return None
-    units = hw.parallelism.compute_units
-    held = sum((layer.capacity_bytes or 0) if layer.scope == "cache" else (layer.capacity_per_unit_bytes or 0) * units
-               for layer in hw.memory[1:] if layer.scope in ("cache", "block"))
-    return Streaming(held + 1, glob.transaction_bytes)
+    """When kernels store past the caches (``HardwareDesc.streamed_from``): in vectors of whole transactions."""
+    least = hw.streamed_from()
+    return None if least is None else Streaming(least, hw.memory[0].transaction_bytes)
 
 
 class OpenCLBackend(Backend):
