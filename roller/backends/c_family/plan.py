@@ -409,11 +409,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         else:
             spatial.append(AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i],
                                     -(-a.extent // b_tile[i]), 0, 0, 0))
-    out = _tensor_plan(expr.output, d)
-    cpu_vectors = blocked and not staged and d.vector_loads
-    stream = cpu_vectors and streaming is not None and not prog.runtime and \
-        _streamed(expr, spatial, out, d, streaming)
-    _decode(spatial, _read_axis(expr, spatial) if stream else None)
+    _decode(spatial)
     div_r = div_k = 1
     for ax in reversed(reduce):
         ax.bdiv, ax.tdiv = div_r, div_k
@@ -509,6 +505,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         epilogue_inputs.append(tp)
     epilogue = render_epilogue(expr, d, epilogue_inputs, "rl_r", lambda tp, idx: _global_read(
         tp, idx, var_global, expr.pad_value, d))
+    out = _tensor_plan(expr.output, d)
     out_index = [_affine_c(i, var_global) for i in expr.out_index]
     init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", _c_float(0.0, d))
     combine = combine_stmt(expr.reduce_op, d)
@@ -522,8 +519,12 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         reduce_decode.insert(0, (ax.name, red_div, ax.extent))
         red_div *= ax.extent
     out.ranges = ranges
+    cpu_vectors = blocked and not staged and d.vector_loads
     rvec = _reduce_vec_plan(expr, spatial, reduce, inputs, d) if cpu_vectors else None
-    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d, stream) if cpu_vectors and rvec is None else None
+    vec = _vec_plan(expr, spatial, inputs, epilogue_inputs, out, d, None if prog.runtime else streaming) \
+        if cpu_vectors and rvec is None else None
+    if vec is not None and vec.stream:
+        _decode(spatial, _read_axis(expr, spatial))
     loops = reduce_loops(reduce, window=_unshared(expr))
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
@@ -607,28 +608,24 @@ class Streaming:
     whole_bytes: int
 
 
-def _streamed(expr: TensorExpr, spatial: list[AxisPlan], out: TensorPlan, d: Dialect, streaming: Streaming) -> bool:
-    """Whether a CPU kernel's output streams past the caches: the dialect has a streaming store, the output is
-    large enough (a store that fills the cache first would only evict, and for a line not yet cached read it
-    from memory for nothing), and every vector the kernel stores whole is whole transactions and aligned to its
-    size, which a streaming store needs: the vector axis is the output's contiguous one, its
-    tiles start at multiples of the width, and every other axis and the index's constant move the offset by
-    whole vectors (buffers start at CL_DEVICE_MEM_BASE_ADDR_ALIGN, 128 bytes or more). A transpose whose rows
-    of vectors land 16 KiB apart wrote 0.26x of a copy kernel's bandwidth through the caches, 0.77x streamed
-    (docs/opencl.md, "Streaming stores")."""
-    if not d.streaming_store or not spatial or out.view is not None or \
-            expr.output.size * expr.output.itemsize < streaming.min_bytes:
-        return False
-    ax = spatial[-1]
-    width = vector_width(ax.thread)
-    acc = d.ctype[expr.acc_dtype]
-    if not width or ax.block % width or width * expr.output.itemsize % streaming.whole_bytes or \
-            any(d.ctype[t.dtype] != acc for t in (*expr.inputs, expr.output)):
+def _streamed(expr: TensorExpr, ax: AxisPlan, width: int, out: TensorPlan, d: Dialect,
+              streaming: Streaming) -> bool:
+    """Whether a CPU kernel's output, stored in ``width``-wide vectors along ``ax``, streams past the caches: the
+    dialect has a streaming store, the output is large enough (a store that fills the cache first would only
+    evict, and for a line not yet cached read it from memory for nothing), and every vector the kernel stores
+    whole is whole transactions and aligned to its size, which a streaming store needs: the vector axis is the
+    output's contiguous one, its tiles start at multiples of the width, and every other axis and the index's
+    constant move the offset by whole vectors (buffers start at CL_DEVICE_MEM_BASE_ADDR_ALIGN, 128 bytes or
+    more). A transpose whose rows of vectors land 16 KiB apart wrote 0.26x of a copy kernel's bandwidth through
+    the caches, 0.77x streamed (docs/opencl.md, "Streaming stores")."""
+    nbytes = expr.output.size * expr.output.itemsize
+    if not d.streaming_store or out.view is not None or nbytes < streaming.min_bytes or ax.block % width or \
+            width * expr.output.itemsize % streaming.whole_bytes:
         return False
     if _flat_coef(expr.out_index, out.strides, ax.name) != 1:
         return False
-    others = {a.name for a in spatial[:-1]}
     const = sum(i.const * s for i, s in zip(expr.out_index, out.strides))
+    others = {a for i in expr.out_index for a, _ in i.terms if a != ax.name}
     return not const % width and all(not _flat_coef(expr.out_index, out.strides, a) % width for a in others)
 
 
@@ -765,10 +762,12 @@ UNROLL_WINDOW = 16
 
 
 def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
-              epilogue_inputs: list[TensorPlan], out: TensorPlan, d: Dialect, stream: bool = False) -> VecPlan | None:
+              epilogue_inputs: list[TensorPlan], out: TensorPlan, d: Dialect,
+              streaming: Streaming | None = None) -> VecPlan | None:
     """The vector form of a CPU kernel's register tile, or None where it does not apply: no spatial axis, a
     last-axis thread run that no vector width divides, or a tensor that is not the accumulator's type (the
-    vector path would need conversions)."""
+    vector path would need conversions). With ``streaming``, its whole vectors may store past the caches
+    (``_streamed``)."""
     if not spatial:
         return None
     ax = spatial[-1]
@@ -836,8 +835,9 @@ def _vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
                 [f"{runs[a][0]} + {runs[a][1] - 1} <= {hi}" for a, (_, hi) in bounds.items()]
         flavors.insert(0, replace(inside, cond=" && ".join(filter(None, [*tests, inside.cond])),
                                   body=body(rows, narrowed)))
-    streaming = d.streaming_store.format(v="rl_vr", vtype=vtype, ptr="{ptr}") if stream and offset else ""
-    return VecPlan(width, ax.name, vtype, flavors, stream=streaming)
+    stream = offset and streaming is not None and _streamed(expr, ax, width, out, d, streaming)
+    return VecPlan(width, ax.name, vtype, flavors,
+                   stream=d.streaming_store.format(v="rl_vr", vtype=vtype, ptr="{ptr}") if stream else "")
 
 
 def _interior(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan],
@@ -859,9 +859,9 @@ def _interior(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan
                 if len(moving) != 1 or moving[0][1] <= 0 or not _guarded(tp, dim, i, maxes):
                     continue
                 a, c = moving[0]
-                rest = [cr * maxes.get(r, 0) for r, cr in i.terms if r != a]
-                lo = -((i.const + sum(min(0, x) for x in rest)) // c)   # the ceiling of -low / c
-                hi = (tp.sizes[dim] - 1 - i.const - sum(max(0, x) for x in rest)) // c
+                low, high = _span(Affine(tuple((r, cr) for r, cr in i.terms if r != a), i.const), tp.lows, maxes)
+                lo = -(low // c)   # the ceiling of -low / c
+                hi = (tp.sizes[dim] - 1 - high) // c
                 was = bounds.get(a, (lo, hi))
                 bounds[a] = (max(was[0], lo), min(was[1], hi))
     return {a: (lo, hi) for a, (lo, hi) in bounds.items()
@@ -947,10 +947,9 @@ def _border_vector(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: in
             any(j.coefs.get(axis, 0) for dim, j in enumerate(idx) if dim != dm):
         return None
     # The vector's first lane sits at a multiple of the width (aligned runs), its last inside the axis.
-    first = (-(-tp.lows.get(axis, 0) // width) * width, (maxes[axis] - width + 1) // width * width)
-    ends = [first if a == axis else (c * tp.lows.get(a, 0), c * max(maxes.get(a, 0), 0)) for a, c in i.terms]
-    low = i.const + sum(min(e) for e in ends)
-    high = i.const + sum(max(e) for e in ends)
+    low, high = _span(Affine(tuple((a, c) for a, c in i.terms if a != axis), i.const), tp.lows, maxes)
+    low += -(-tp.lows.get(axis, 0) // width) * width
+    high += (maxes[axis] - width + 1) // width * width
     left, right = min(width - 1, -low), min(width - 1, high + width - size)
     if left <= 0 and right <= 0:
         return None
@@ -1096,12 +1095,18 @@ def _guarded(tp: TensorPlan, dim: int, i: Affine, maxes: dict[str, int]) -> bool
     """Whether an index can leave the tensor for axis values in [0, ``maxes``] (a window over padding, an
     offset, a stride past the end): it is tested, and outside reads give the pad value. An input read from a
     padded copy (``RProgram.pads``) never leaves it, so its windows need no test."""
+    lo, hi = _span(i, tp.lows, maxes)
+    return lo < 0 or hi >= tp.sizes[dim]
+
+
+def _span(i: Affine, lows: Mapping[str, int], maxes: Mapping[str, int]) -> tuple[int, int]:
+    """The least and greatest value of ``i`` for each axis in [``lows`` (default 0), ``maxes``]."""
     lo = hi = i.const
     for ax, c in i.terms:
-        ends = (c * tp.lows.get(ax, 0), c * max(maxes.get(ax, 0), 0))
+        ends = (c * lows.get(ax, 0), c * max(maxes.get(ax, 0), 0))
         lo += min(ends)
         hi += max(ends)
-    return lo < 0 or hi >= tp.sizes[dim]
+    return lo, hi
 
 
 def _global_address(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str],
