@@ -73,7 +73,7 @@ def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, ro
     """With ``evaluate``, the kernel set is chosen by timing on the device (``roller.compile(..., evaluate=True)``)
     and each exact size is also built with its top-10 timed (the ``exact_eval`` columns)."""
     import roller
-    from roller.numpy_reference import random_inputs
+    from roller.ir.reference import random_inputs
 
     sym = next(iter(doc["symbols"]))
     t = time.perf_counter()

@@ -36,11 +36,11 @@ from typing import Any
 
 import roller.hw as H
 from roller.backends import get
+from roller.compiler.tune import spearman as rank_correlation
 from roller.construction import construct
 from roller.errors import InputError, RollerError
-from roller.evaluate import spearman as rank_correlation
 from roller.ir import load_ops
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 # Two runs of the same candidates ranked them alike to a median Spearman of 0.64-0.70 with 7 rounds and 0.83
@@ -55,7 +55,7 @@ MAX_REPEAT = 200
 
 
 def spearman(a: list[float], b: list[float]) -> float:
-    """roller.evaluate.spearman, with this report's conventions where it is undefined: one candidate or two
+    """roller.compiler.tune.spearman, with this report's conventions where it is undefined: one candidate or two
     constant sides agree perfectly (1), one constant side against a varying one does not correlate (0)."""
     r = rank_correlation(a, b)
     if r is not None:

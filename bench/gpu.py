@@ -350,9 +350,9 @@ def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_
     """Time the op's top-k on the GPU and its vendor baseline; the check of the fastest against roller.reference
     runs in ``checks`` (its future fills the row's check fields) while the next op is timed."""
     from roller.backends.cuda.launcher import device_target
+    from roller.compiler.check import check_against
     from roller.errors import CheckError
-    from roller.evaluate import check_against
-    from roller.numpy_reference import random_inputs
+    from roller.ir.reference import random_inputs
 
     expr, progs = candidates(op, hw, be, top_k)
     dtype = expr.inputs[0].dtype if expr.inputs else expr.output.dtype

@@ -150,9 +150,9 @@ def precompile(skel: Path, hw_name: str, jobs: int) -> None:
 def sample(hw_name: str, backend: str) -> int:
     """The SAMPLE ops' top-3, each launched once and checked: what compute-sanitizer runs."""
     from roller.backends import get
+    from roller.compiler.check import check_against
     from roller.errors import CheckError
-    from roller.evaluate import check_against
-    from roller.numpy_reference import random_inputs
+    from roller.ir.reference import random_inputs
 
     gpu = _bench_gpu()
     hw, be = roller.hw.load(hw_name), get(backend)
@@ -176,7 +176,7 @@ def dynamic(hw_name: str, save: Callable[[Any], None]) -> dict[str, Any]:
     """Each DYNAMIC op built once with its kernels chosen by the model and once timed on the GPU
     (``evaluate=True``), run and checked at every size; per size the set's kernel time against the exact build's
     top-1."""
-    from roller.evaluate import check_against
+    from roller.compiler.check import check_against
 
     out: dict[str, Any] = {}
     for name, (doc, sizes) in DYNAMIC.items():
@@ -302,9 +302,9 @@ def ranking(results: Path, hw_name: str) -> dict[str, Any]:
     model now puts first over the fastest measured, and Spearman's rank correlation. The programs are the
     current construction's top-10, which must still be the ones measured (an op whose best measured program is
     no longer among them is skipped); matrix programs cannot be re-predicted and are left out."""
+    from roller.compiler.tune import spearman
     from roller.construction import repredict
     from roller.errors import InputError
-    from roller.evaluate import spearman
 
     gpu = _bench_gpu()
     try:

@@ -23,7 +23,7 @@ import roller.hw as H  # noqa: E402
 from roller.backends import get  # noqa: E402
 from roller.construction import construct  # noqa: E402
 from roller.ir import load_op  # noqa: E402
-from roller.numpy_reference import random_inputs  # noqa: E402
+from roller.ir.reference import random_inputs  # noqa: E402
 
 MEMORY_OPS = [
     {"name": "relu_16x64x56x56", "op": "elementwise", "fn": "relu", "shapes": {"X": [16, 64, 56, 56]}},

@@ -1,6 +1,7 @@
 """Roller: construct tensor kernels from a hardware description instead of searching for them.
 
-Public API: ``roller.reference(op, inputs)``, ``roller.construct(op, hw, top_k)``, ``roller.compile(op, hw=...)``;
+Public API: ``roller.reference(op, inputs)``, ``roller.construct(op, hw, top_k)``, ``roller.compile(op, hw=...)``,
+``roller.compile_model(model, hw=...)``, ``roller.load(folder)`` (what ``roller build`` wrote), ``roller.Target``;
 heavier modules are imported on first use so that ``import roller`` stays fast.
 """
 from __future__ import annotations
@@ -10,13 +11,15 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "reference": ("roller.numpy_reference", "reference"),
-    "random_inputs": ("roller.numpy_reference", "random_inputs"),
+    "reference": ("roller.ir.reference", "reference"),
+    "random_inputs": ("roller.ir.reference", "random_inputs"),
     "load_ops": ("roller.ir", "load_ops"),
     "load_op": ("roller.ir", "load_op"),
-    "construct": ("roller.api", "construct"),
-    "compile": ("roller.api", "compile"),
-    "compile_model": ("roller.models", "compile_model"),
+    "construct": ("roller.compiler", "construct"),
+    "compile": ("roller.compiler", "compile"),
+    "compile_model": ("roller.compiler", "compile_model"),
+    "load": ("roller.compiler", "load"),
+    "Target": ("roller.compiler.target", "Target"),
 }
 
 
@@ -29,5 +32,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'roller' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "compile", "compile_model", "construct", "load_op", "load_ops", "random_inputs",
-           "reference"]
+__all__ = ["Target", "__version__", "compile", "compile_model", "construct", "load", "load_op", "load_ops",
+           "random_inputs", "reference"]

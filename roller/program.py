@@ -118,7 +118,7 @@ class RProgram:
     matrix: MatrixChoice | None = None
     # Axes whose extent is a kernel argument (axis name, factor): the kernel is built over ``expr`` (the op at
     # its symbol's greatest value, which sets every tensor's layout) and takes the symbol's value ``n`` at
-    # launch; each such axis then runs to ``factor * n`` (roller.construction.runtime).
+    # launch; each such axis then runs to ``factor * n`` (roller.construction.symbol_args).
     runtime: tuple[tuple[str, int], ...] = ()
     prediction: Prediction | None = field(default=None, compare=False)
 

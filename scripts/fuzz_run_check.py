@@ -30,10 +30,11 @@ from fuzz_ops import DESCRIPTIONS, build, op_doc
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from roller.compiler.check import check_against
 from roller.errors import InputError
-from roller.evaluate import check_against
-from roller.ir.opfile import parse_ops, read_json
-from roller.numpy_reference import random_inputs
+from roller.ir.opdoc import read_json
+from roller.ir.opfile import parse_ops
+from roller.ir.reference import random_inputs
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Regenerate roller/reserved_names.txt: the names the target languages' headers declare or define.
+"""Regenerate roller/ir/reserved_names.txt: the names the target languages' headers declare or define.
 
 Generated kernels name tensors and kernels after the user's tensors and ops, so a tensor called ``fmax``,
 ``FLT_MAX``, ``NULL``, ``CLK_LOCAL_MEM_FENCE`` or ``half2`` breaks the compile of some target. This script
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "roller" / "reserved_names.txt"
+OUT = Path(__file__).resolve().parent.parent / "roller" / "ir" / "reserved_names.txt"
 USER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _MACRO = re.compile(r"^#define\s+([A-Za-z_]\w*)", re.MULTILINE)
 _TOKEN = re.compile(r"extern\s*\"C(?:\+\+)?\"|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|[A-Za-z_]\w*|::|\S")

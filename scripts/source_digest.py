@@ -101,10 +101,8 @@ def models() -> dict[str, Any]:
                 if not f.is_file():
                     continue
                 rel = f.relative_to(folder).as_posix()
-                if rel == "model.json":
-                    doc = json.loads(f.read_text())
-                    doc.pop("source", None)
-                    files[rel] = _sha(json.dumps(doc, sort_keys=True))
+                if rel in ("model.json", "plan.json"):
+                    files[rel] = _sha(json.dumps(_as_before(rel, json.loads(f.read_text())), sort_keys=True))
                 elif f.suffix == ".npz":
                     import numpy as np
 
@@ -115,6 +113,21 @@ def models() -> dict[str, Any]:
                     files[rel] = _sha(f.read_text())
             out[f"model/{path.stem}/{hw}"] = {"rc": rc, "files": files}
     return out
+
+
+def _as_before(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """A build folder's document without what differs by design: the model file's path, and the keys added so
+    that the folder loads back (``roller.load``): the values' shapes and types, the padded buffers' and inputs'
+    padding, the description's hash and file, the model file's sha256."""
+    doc = dict(doc)
+    for key in ("source", "hw_hash", "hw_source", "source_sha256", "values"):
+        doc.pop(key, None)
+    if name == "plan.json":
+        doc["inputs"] = [{**e, "pad": {k: v for k, v in e["pad"].items() if k not in ("value", "dtype")}}
+                         if "pad" in e else e for e in doc["inputs"]]
+        doc["buffers"] = [{k: v for k, v in b.items() if k not in ("shape", "before", "after")}
+                          for b in doc["buffers"]]
+    return doc
 
 
 def main() -> int:

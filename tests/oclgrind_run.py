@@ -9,11 +9,11 @@ import numpy as np
 
 import roller.hw as H
 from roller.backends import get
+from roller.compiler.check import check_against
 from roller.construction import construct
 from roller.errors import CheckError
-from roller.evaluate import check_against
 from roller.ir import load_op
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 op = load_op(json.loads(sys.argv[1]))
 hw = H.load(sys.argv[2])

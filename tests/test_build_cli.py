@@ -200,7 +200,7 @@ def test_run_check_failure_exits_4(capsys, monkeypatch):
     """A wrong answer must fail the check: the reference is perturbed, the kernel is not."""
     import dataclasses
 
-    import roller.numpy_reference as ref_mod
+    import roller.ir.reference as ref_mod
 
     real = ref_mod.bound  # what run --check compares with: the reference and its error bound
     monkeypatch.setattr(ref_mod, "bound", lambda op, x: dataclasses.replace(real(op, x), ref=real(op, x).ref + 1.0))

@@ -13,8 +13,8 @@ from roller.cli.main import main
 from roller.construction import construct, repredict
 from roller.ir import load_op
 from roller.ir.vector import vector_width
-from roller.model.micro import _edge_share, register_tile, makespan, predict, resources
-from roller.model.traffic import TileGeometry
+from roller.perf.micro import _edge_share, makespan, predict, register_tile, resources
+from roller.perf.traffic import TileGeometry
 
 MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
 CAL = """\
@@ -211,7 +211,7 @@ def test_fidelity_repredict_needs_no_device(tmp_path):
     rec = json.loads(out.read_text())["records"][0]
     assert [c["program"] for c in rec["candidates"]] == [p.line() for p in progs]
     assert rec["rank_of_best"] == 2 and rec["top1_over_best"] == pytest.approx(3.0)
-    from roller.evaluate import spearman
+    from roller.compiler.tune import spearman
     assert len(progs) == 4
     assert rec["spearman"] == pytest.approx(spearman([p.prediction.time_ms for p in progs], times))
     # How well the two passes rank the candidates alike: 3 1 2 4 against 2 1 4 3.

@@ -11,7 +11,7 @@ import roller.hw as H
 from roller.construction import construct
 from roller.construction.align import padding_ok, transaction_alignment
 from roller.ir import load_ops
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = load_ops(ROOT / "bench/suites/roller119.json")

@@ -14,12 +14,12 @@ from roller.backends import get
 from roller.backends.c_family.plan import lower
 from roller.backends.opencl import DIALECT as OPENCL_DIALECT
 from roller.backends.opencl.env import apply_pocl_defaults
+from roller.compiler.check import check_against
 from roller.construction import construct
-from roller.evaluate import check_against
 from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare
-from roller.model.traffic import TileGeometry
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
+from roller.perf.traffic import TileGeometry
 
 # The plans' text with 32-bit indices, as the checks below spell it (the OpenCL dialect computes every index in
 # 64 bits on the CPU, Dialect.wide_index: the same plan with "(long)" casts).

@@ -15,10 +15,10 @@ import pytest
 import roller
 import roller.hw as H
 from roller.backends import get
+from roller.compiler.check import check_against
 from roller.construction import construct
-from roller.evaluate import check_against
 from roller.ir import load_ops
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 EMU = Path(__file__).resolve().parent / "cuda_emu"
 CXX = shutil.which("g++")

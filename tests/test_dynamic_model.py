@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import roller
-from roller.dynamic_model import DynamicModel
+from roller.compiler.dynamic_model import DynamicModel
 from roller.errors import InputError
 from tests.zoo_graphs import ALL, dynamic_attention_block, open_sizes, residual_block
 

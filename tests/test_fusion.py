@@ -15,7 +15,7 @@ from roller.graph.fusion import _split, fold_epilogue, fuse
 from roller.graph.reference import evaluate
 from roller.hw import load
 from roller.ir import load_ops
-from roller.numpy_reference import bound, random_inputs
+from roller.ir.reference import bound, random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 FUSED = load_ops(ROOT / "bench/suites/fused.json")
@@ -183,15 +183,16 @@ def test_fused_models_match_onnxruntime(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["attention_block", "inverted_residual_block", "dense_block"])
 def test_solver_partition_is_never_predicted_slower_than_greedy(name: str) -> None:
+    from roller.compiler.model import fuse_stage
+    from roller.compiler.target import Target
     from roller.frontends.onnx import import_model
     from roller.graph.orchestrate import orchestrate
-    from roller.models import fuse_model_graph
 
     model, inputs = _zoo(name)
     g = import_model(model)
     hw = load("pocl-cpu")
-    solved, rs = fuse_model_graph(g, hw, CL, "solver")
-    greedy, rg = fuse_model_graph(g, hw, CL, "greedy")
+    solved, rs = fuse_stage(g, Target(hw, CL), "solver")
+    greedy, rg = fuse_stage(g, Target(hw, CL), "greedy")
     assert rs is not None and rg is not None and rs.method == "solver" and rg.method == "greedy"
     assert rs.predicted_s <= rg.predicted_s * (1 + 1e-9) and rs.candidates > rs.kernels_after
     want, got = evaluate(g, inputs), evaluate(solved, inputs)

@@ -15,11 +15,11 @@ import pytest
 import roller.hw as H
 from roller.backends import Artifact, get
 from roller.backends.rocm_hip import emulate
+from roller.compiler.check import check_against
 from roller.construction import construct, matrix_candidates
 from roller.errors import CheckError, ToolchainError
-from roller.evaluate import check_against
 from roller.ir import load_ops
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKEND = get("hip")

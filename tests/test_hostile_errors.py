@@ -139,7 +139,7 @@ def test_long_sums_build_show_and_run(tmp_path, capsys, n) -> None:
 
 
 def test_long_sums_keep_their_value_and_signs() -> None:
-    from roller.numpy_reference import reference
+    from roller.ir.reference import reference
 
     terms = [f"{'-' if k % 3 == 0 else '+'} X[i] * {k}" for k in range(1, 200)]
     op = load_op({"expr": "Y[i] = X[i] " + " ".join(terms), "shapes": {"X": [3]}})
@@ -177,7 +177,7 @@ def test_names_the_kernels_do_not_call_are_fine(tmp_path, capsys) -> None:
 
 def test_reserved_list_covers_the_target_headers() -> None:
     """The committed list (scripts/reserved_names.py) holds what the issue named, in every category."""
-    from roller.names import target_names
+    from roller.ir.identifiers import target_names
 
     names = target_names()
     assert {n: names.get(n) for n in ("FLT_MAX", "NULL", "CLK_LOCAL_MEM_FENCE", "half2", "fmax", "cudaSuccess",
@@ -335,11 +335,11 @@ def test_save_into_an_unwritable_folder(tmp_path, capsys, monkeypatch) -> None:
 
 
 def test_save_write_failure_is_one_line(tmp_path, capsys, monkeypatch) -> None:
-    import roller.cli.run_cmd
+    import roller.cli.common
 
     def denied(*a, **kw):  # type: ignore[no-untyped-def]
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(roller.cli.run_cmd, "write_atomic", denied)
+    monkeypatch.setattr(roller.cli.common, "write_atomic", denied)
     rc, _out, err = cli(capsys, "run", "--hw", "pocl-cpu", str(_relu_file(tmp_path)), "--save",
                        str(tmp_path / "o.npz"), "--no-cache")
     assert rc == 2 and "cannot write there: Permission denied" in one_line(err)
@@ -430,14 +430,14 @@ def test_killed_build_leaves_a_folder_the_next_one_removes(tmp_path) -> None:
 
 
 def test_moving_into_place_swaps_in_one_step(tmp_path) -> None:
-    from roller.cli.build_cmd import _move_into_place
+    from roller.compiler.artifact import move_into_place
 
     out, tmp = tmp_path / "out", tmp_path / ".out.tmp-1-x"
     (out / "op").mkdir(parents=True)
     (out / "op" / "kernel.cl").write_text("old")
     (tmp / "op").mkdir(parents=True)
     (tmp / "op" / "kernel.cl").write_text("new")
-    _move_into_place(tmp, out, ["op"])
+    move_into_place(tmp, out, ["op"])
     assert (out / "op" / "kernel.cl").read_text() == "new"
 
 

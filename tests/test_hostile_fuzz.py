@@ -15,10 +15,12 @@ from fuzz_ops import DESCRIPTIONS, build, op_doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from roller.backends import require_device
+from roller.compiler.check import check_against
 from roller.errors import InputError
-from roller.evaluate import check_against, require_device
-from roller.ir.opfile import parse_ops, read_json
-from roller.numpy_reference import random_inputs
+from roller.ir.opdoc import read_json
+from roller.ir.opfile import parse_ops
+from roller.ir.reference import random_inputs
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))

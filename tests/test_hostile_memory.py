@@ -21,11 +21,11 @@ from roller.backends import get
 from roller.backends.c_family.plan import index_types
 from roller.backends.opencl import DIALECT as CL
 from roller.cli.main import main
+from roller.compiler.check import check_against
 from roller.construction import construct
-from roller.evaluate import check_against
 from roller.hw import load
 from roller.ir import Affine, load_op
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,12 +14,12 @@ import pytest
 import roller
 from roller.backends import get
 from roller.cli.main import main
+from roller.compiler.check import check_against
 from roller.construction import construct
 from roller.errors import CheckError
-from roller.evaluate import check_against
 from roller.hw import load
 from roller.ir import load_op
-from roller.numpy_reference import _window_view, bound, random_inputs, reference
+from roller.ir.reference import _window_view, bound, random_inputs, reference
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,7 @@ BERT = [matmul("qkv", 128, 2304, 768), {"name": "scores", "op": "batch_matmul", 
 
 def float32_output(op) -> tuple[np.ndarray, dict]:  # type: ignore[no-untyped-def]
     """What a correct float32 kernel computes (BLAS sgemm through einsum, in float32 throughout)."""
-    from roller.numpy_reference import _factors
+    from roller.ir.reference import _factors
 
     x = random_inputs(op, seed=0)
     reads, scale = _factors(op.body)

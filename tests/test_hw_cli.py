@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from roller import hw
-from roller.cli.hw_cmd import add_hw_arguments, hw_from_args
+from roller.cli.common import add_hw_arguments, hw_from_args
 from roller.cli.main import main
 from roller.errors import InputError
 

@@ -18,6 +18,7 @@ import pytest
 
 import roller
 from roller import cache, hw
+from roller.compiler.target import load_description, local_names
 
 cl = pytest.importorskip("pyopencl")
 
@@ -82,13 +83,13 @@ def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypat
     assert proc.stdout.startswith("matmul_256 on host (opencl)")
     assert path.stat().st_mtime_ns == before
 
-    # In this process too: the API and the loader take the name, and nothing is probed.
+    # In this process too: the API and the description loader take the name, and nothing is probed.
     from roller.backends.opencl import host
 
     monkeypatch.setenv("ROLLER_CACHE_DIR", str(folder))
     monkeypatch.setenv("ROLLER_HOST_PROBE", "quick")
     runs = host.probes_run
-    assert hw.load("host").content_hash() == hw.load(path).content_hash()
+    assert load_description("host").content_hash() == hw.load(path).content_hash()
     k = roller.compile({"op": "matmul", "M": 64, "N": 48, "K": 32}, hw="host")
     assert k.hw.name == "host"
     a = np.random.default_rng(0).random((64, 32), dtype=np.float32)
@@ -100,7 +101,7 @@ def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypat
     np.testing.assert_array_equal(m(x), np.maximum(x, 0))
     child = tmp_path / "child.yaml"
     child.write_text("extends: host\nname: host-narrow\nparallelism:\n  register_tile_budget: 16\n")
-    assert hw.load(child).parallelism.register_tile_budget == 16
+    assert load_description(child).parallelism.register_tile_budget == 16
     assert host.probes_run == runs and path.stat().st_mtime_ns == before
 
 
@@ -214,7 +215,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], env: dict
 
 def test_unknown_names_list_the_measured_ones() -> None:
     with pytest.raises(roller.errors.InputError, match=r"; measured here: host\)$"):
-        hw.load("no-such-device")
+        load_description("no-such-device")
 
 
 # -- the checksummed files the descriptions are kept in ------------------------------------------------------
@@ -239,4 +240,4 @@ def test_the_bundled_pocl_cpu_stays_the_bundled_file() -> None:
     """Tests and documents name pocl-cpu: it must never become this machine's description."""
     d = hw.load("pocl-cpu")
     assert d.name == "pocl-cpu" and Path(d.source).name == "pocl-cpu.yaml"
-    assert "host" not in hw.list_bundled() and hw.list_local() == ["host"]
+    assert "host" not in hw.list_bundled() and local_names() == ["host"]

@@ -13,10 +13,10 @@ import pytest
 
 from roller.backends import get
 from roller.construction import construct
-from roller.program import RProgram, RTile, launch_counts
 from roller.hw import load
 from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare
+from roller.program import RProgram, RTile, launch_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "ipu"

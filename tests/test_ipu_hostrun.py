@@ -17,12 +17,12 @@ import pytest
 import roller
 from roller.backends import Artifact, get
 from roller.backends.ipu_poplar.hostrun import host_run, plan_rows
+from roller.compiler.check import check_against
 from roller.construction import construct
 from roller.errors import CompileError
-from roller.evaluate import check_against
 from roller.hw import load
 from roller.ir import load_ops
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALED = load_ops(ROOT / "bench/suites/scaled.json")

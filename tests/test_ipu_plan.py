@@ -17,7 +17,7 @@ from roller.construction.enlarge import Search
 from roller.construction.exchange import exchange_fed, on_device, unit_bytes
 from roller.hw import list_bundled, load
 from roller.ir import load_ops
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = {"scaled": ROOT / "bench/suites/scaled.json", "roller119": ROOT / "bench/suites/roller119.json"}

@@ -17,7 +17,7 @@ from roller.construction.layout import choose_layout, packed_variants
 from roller.frontends.onnx import import_model
 from roller.graph.passes import pack_constants
 from roller.ir import load_op
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
@@ -50,7 +50,7 @@ def test_matmul_weights_pack_only_when_stored_transposed() -> None:
 def test_blocked_variants_split_the_vector_axis_and_keep_the_statement() -> None:
     """B[k, n] blocked by 16 is B[n / 16, k, n % 16]: each thread's weights for its whole reduction one run;
     the blocked op computes what the plain one does on the blocked weights."""
-    from roller.numpy_reference import reference
+    from roller.ir.reference import reference
 
     plain = load_op({"name": "m", "op": "matmul", "M": 8, "N": 64, "K": 32})
     [v] = [v for v in packed_variants(plain, ["B"], block=16) if v.block]
@@ -102,7 +102,7 @@ def test_cold_runs_overwrite_the_caches_between_runs() -> None:
     op = load_op(conv(64, 64, 14))
     [prog] = construct(op, CPU, top_k=1)
     runner = CL.compile(CL.render(prog, CPU), CPU)
-    x = roller.numpy_reference.random_inputs(op, seed=0)
+    x = roller.ir.reference.random_inputs(op, seed=0)
     assert runner.time([x["X"], x["W"]], repeat=3, cold=True) > 0
     assert id(runner.queue) in launcher._EVICTORS
     calls = []

@@ -210,17 +210,15 @@ def test_compare_reports_whole_model_totals(tmp_path: Path, capsys: pytest.Captu
 
 def _model_arts(hw: str) -> tuple:
     """The kernels ``roller build`` writes for the example ResNet on ``hw``."""
-    from roller.backends import for_hw
-    from roller.hw import load
-    from roller.models import build_kernels
-
-    hwd = load(hw)
-    be = for_hw(hwd)
+    from roller.compiler.model import build_stage, pack_stage, pad_stage
+    from roller.compiler.target import Target
     from roller.graph.fusion import fuse
 
+    target = Target.resolve(hw)
     graph, _ = fuse(import_model(ROOT / "examples/models/mini_resnet.onnx"))   # epilogues included
-    kernels, _ = build_kernels(graph, hwd, be, compile_here=False)
-    return hwd, [k.artifact for k in kernels.values()]
+    packed = pack_stage(pad_stage(graph, target), target)
+    kernels, _ = build_stage(packed, target, compile_here=False)
+    return target.hw, [k.artifact for k in kernels.values()]
 
 
 @pytest.mark.slow

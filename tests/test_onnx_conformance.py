@@ -1,4 +1,4 @@
-"""ONNX's own backend node tests (``onnx.backend.test``) against Roller, through ``roller.onnx_backend``.
+"""ONNX's own backend node tests (``onnx.backend.test``) against Roller, through ``roller.compiler.onnx_backend``.
 
 The cases are those of the installed onnx package (``load_model_tests(kind="node")``: with onnx 1.23 they are
 generated in memory from ``onnx/backend/test/case/node``, expected outputs included). A case is selected when
@@ -10,7 +10,7 @@ shapes, element types and values).
 A selected case that cannot pass for a reason outside the ONNX importer is listed in ``EXCLUDED`` with the reason
 (docs/onnx.md shows the list). An excluded case still runs: Roller must refuse it with one of its errors (never a
 traceback, never a different result), so a case that starts passing fails here until it leaves the list. A
-case whose every input is folded into the model (``roller.onnx_backend`` specialises integer inputs and inputs
+case whose every input is folded into the model (``roller.compiler.onnx_backend`` specialises integer inputs and inputs
 used as constants) computes nothing on the device: it is excluded as ``FOLDED``, and must indeed fold.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 from onnx.backend.test.runner import Runner
 
-import roller.onnx_backend as backend
+import roller.compiler.onnx_backend as backend
 from roller.backends import get
 from roller.errors import RollerError
 from roller.frontends.onnx import supported_ops

@@ -12,7 +12,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper
 
-import roller.onnx_backend as backend
+import roller.compiler.onnx_backend as backend
 from roller.backends import get
 from roller.errors import InputError
 from roller.frontends.onnx import import_model

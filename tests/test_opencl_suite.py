@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import roller.hw as H
 from roller.backends import get
+from roller.compiler.check import check_output
 from roller.construction import construct
-from roller.evaluate import check_output
 from roller.ir import load_ops
-from roller.numpy_reference import bound, random_inputs
+from roller.ir.reference import bound, random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALED = load_ops(ROOT / "bench/suites/scaled.json")

@@ -8,7 +8,9 @@ from onnx import TensorProto, helper
 from test_models import _model, _ort, residual
 
 import roller
-from roller.backends import for_hw, get
+from roller.backends import get
+from roller.compiler.model import fuse_stage
+from roller.compiler.target import Target
 from roller.construction import construct, read_pads
 from roller.frontends.onnx import import_model
 from roller.graph import Graph, InputPad, kernel_key, plan
@@ -17,7 +19,6 @@ from roller.graph.padding import hold_padded
 from roller.graph.reference import evaluate
 from roller.ir import load_op
 from roller.ir.fuse import fusible_groups, write_padded
-from roller.models import fuse_model_graph
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
@@ -26,7 +27,7 @@ C, SIDE = 8, 12
 
 
 def _fused() -> Graph:
-    g, _ = fuse_model_graph(import_model(residual(C, SIDE)), HW, for_hw(HW, None), "greedy")
+    g, _ = fuse_stage(import_model(residual(C, SIDE)), Target.resolve(HW), "greedy")
     return g
 
 
@@ -97,7 +98,7 @@ def test_the_model_runs_without_the_copy_and_matches_onnxruntime() -> None:
 def test_a_kernel_writing_a_padded_interior_matches_the_reference() -> None:
     op = write_padded(load_op({"op": "conv2d", "N": 1, "C": 4, "F": 16, "H": 9, "W": 9, "KH": 3, "KW": 3,
                                "padding": 1}), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    x = roller.numpy_reference.random_inputs(op, seed=0)
+    x = roller.ir.reference.random_inputs(op, seed=0)
     ref = roller.reference(op, x)
     progs = construct(op, HW, top_k=4)
     assert progs
@@ -125,7 +126,7 @@ def test_an_input_only_windows_read_is_uploaded_into_its_padding() -> None:
     assert pad.shape == (1, C, SIDE + 2, SIDE + 2) and pad.value == 0.0
     doc = m.plan.to_json()["inputs"][0]
     assert doc["value"] == "x" and doc["pad"] == {"shape": [1, C, SIDE + 2, SIDE + 2], "before": [0, 0, 1, 1],
-                                                   "after": [0, 0, 1, 1]}
+                                                   "after": [0, 0, 1, 1], "value": 0.0, "dtype": "float32"}
     for seed in (5, 6):   # the host copy kept between runs takes each run's input
         x = np.random.default_rng(seed).standard_normal((1, C, SIDE, SIDE)).astype(np.float32)
         np.testing.assert_allclose(m.run({"x": x})["y"], _ort(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
@@ -154,7 +155,7 @@ def _read_both_ways():
 @needs_device
 def test_a_value_read_through_a_window_and_as_it_is_is_held_once() -> None:
     model = _read_both_ways()
-    g, _ = fuse_model_graph(import_model(model), HW, for_hw(HW, None), "greedy")
+    g, _ = fuse_stage(import_model(model), Target.resolve(HW), "greedy")
     x = np.random.default_rng(8).standard_normal((1, 4, SIDE, SIDE)).astype(np.float32)
     want = evaluate(g, {"x": x})["y"]
     seen = []

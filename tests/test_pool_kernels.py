@@ -9,10 +9,10 @@ import roller.hw as H
 from roller.backends import get
 from roller.backends.c_family.plan import hoist_divisor, lower
 from roller.backends.opencl import DIALECT
+from roller.compiler.check import check_against
 from roller.construction import construct
-from roller.evaluate import check_against
 from roller.ir import load_op
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 CPU = H.load("pocl-cpu")
 OPENCL = get("opencl")

@@ -9,13 +9,13 @@ import roller.hw as H
 from roller.backends import get
 from roller.backends.c_family.plan import lower
 from roller.backends.opencl import DIALECT
+from roller.compiler.check import check_against
 from roller.construction import construct
-from roller.evaluate import check_against
 from roller.ir import load_op
 from roller.ir.fuse import prepare
+from roller.ir.reference import random_inputs
 from roller.ir.vector import reduction_vector
-from roller.model.traffic import TileGeometry
-from roller.numpy_reference import random_inputs
+from roller.perf.traffic import TileGeometry
 
 CPU = H.load("pocl-cpu")
 OPENCL = get("opencl")

@@ -1,4 +1,4 @@
-"""Kernels that take their symbol's value as an argument (roller.construction.runtime): attention's scores,
+"""Kernels that take their symbol's value as an argument (roller.construction.symbol_args): attention's scores,
 softmax and context over a symbolic sequence length, built once and run at every length on PoCL; the CUDA and
 HIP kernels compile within their descriptions; what refuses runtime extents, and why."""
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 
 import roller
 from roller.backends import get
+from roller.compiler.check import check_against
 from roller.construction import construct
 from roller.construction.generic import MAX_KERNELS, RUNTIME_WASTE_CAP, construct_generic
-from roller.construction.runtime import covered, runtime_axes
-from roller.evaluate import check_against
+from roller.construction.symbol_args import covered, runtime_axes
 from roller.hw import load
 from roller.ir.opfile import load_op
 from roller.ir.symbolic import parse_symbolic

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import roller
+from roller.compiler.check import check_against
 from roller.construction import prepared
 from roller.construction.generic import (
     MAX_KERNELS,
@@ -19,7 +20,6 @@ from roller.construction.generic import (
     sample_sizes,
 )
 from roller.errors import InputError
-from roller.evaluate import check_against
 from roller.hw import load
 from roller.ir.symbolic import parse_symbolic
 

@@ -15,12 +15,12 @@ import roller.hw as H
 from roller.backends import get
 from roller.backends.opencl import probe as cl_probe
 from roller.backends.opencl import streaming
+from roller.compiler.check import check_against
 from roller.construction import construct
 from roller.errors import InputError
-from roller.evaluate import check_against
 from roller.ir import load_op
 from roller.ir.fuse import write_padded
-from roller.numpy_reference import random_inputs
+from roller.ir.reference import random_inputs
 
 CPU = H.load("pocl-cpu")
 # The same CPU with caches of 64 KiB, so that outputs of a few hundred KiB stream and the kernels stay quick.

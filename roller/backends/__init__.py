@@ -15,14 +15,15 @@ import abc
 import importlib
 import pkgutil
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from roller.errors import InputError
+from roller.errors import InputError, ToolchainError
+from roller.runtime.device import Device, Runner
 
 if TYPE_CHECKING:
     from roller.construction.matrix import MatrixSupport
@@ -43,77 +44,6 @@ class Artifact:
     @property
     def source(self) -> str:
         return self.files[self.main_file]
-
-
-class Runner(abc.ABC):
-    """A compiled kernel on a device: call it with numpy inputs, time it, or launch it on device buffers."""
-
-    @abc.abstractmethod
-    def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-        """Run once on ``inputs`` (in launch.json's argument order); the output array."""
-
-    @abc.abstractmethod
-    def time(self, inputs: list[np.ndarray], repeat: int = 10, warmup: int = 2, cold: bool = False) -> float:
-        """Median kernel time in seconds; with ``cold``, with the device's caches overwritten before each run
-        where the backend can do that (OpenCL), as they are hot otherwise."""
-
-    def launch(self, buffers: list[Any]) -> Any:
-        """Enqueue one run on ``buffers`` of this backend's ``Device`` (inputs in argument order, then the
-        output), after everything enqueued before; returns the launch's event where the device has one."""
-        raise NotImplementedError(f"{type(self).__name__} cannot launch on device buffers")
-
-    def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]], scalars: Sequence[int] = ()) -> Runner:
-        """This kernel launched on its first ``blocks`` blocks, with arguments of ``shapes`` (the inputs as it
-        reads them, padded where it reads a padded copy, then the output) and, where given, ``scalars`` for its
-        int parameters (launch.json's ``scalars``: a kernel with runtime extents takes the symbol's value): how a
-        shape-generic kernel (``roller.construction.generic``) runs a size below the one it was built for."""
-        raise NotImplementedError(f"{type(self).__name__} launches the grid it was built with only")
-
-
-class Device(abc.ABC):
-    """The memory of one device on this machine and the queue its work runs in, in order: what a graph
-    executor needs to keep data on the device between kernels. Counts what crosses to and from the host."""
-
-    def __init__(self) -> None:
-        self.uploads = self.downloads = 0
-        self.uploaded_bytes = self.downloaded_bytes = 0
-
-    @property
-    @abc.abstractmethod
-    def name(self) -> str:
-        """The device, in words."""
-
-    @abc.abstractmethod
-    def alloc(self, nbytes: int) -> Any:
-        """A buffer of ``nbytes`` (uninitialised)."""
-
-    def upload(self, buf: Any, array: np.ndarray) -> None:
-        """Copy a contiguous host array (already in the buffer's storage type) into ``buf``."""
-        self.uploads += 1
-        self.uploaded_bytes += array.nbytes
-        self._upload(buf, array)
-
-    def download(self, buf: Any, array: np.ndarray) -> None:
-        """Copy ``buf`` into a contiguous host array of its storage type, after all work enqueued before."""
-        self.downloads += 1
-        self.downloaded_bytes += array.nbytes
-        self._download(buf, array)
-
-    @abc.abstractmethod
-    def _upload(self, buf: Any, array: np.ndarray) -> None: ...
-
-    @abc.abstractmethod
-    def _download(self, buf: Any, array: np.ndarray) -> None: ...
-
-    @abc.abstractmethod
-    def copy(self, dst: Any, src: Any, src_offset: int, dst_offset: int, region: tuple[int, int, int],
-             src_pitches: tuple[int, int], dst_pitches: tuple[int, int]) -> None:
-        """A strided device-to-device copy, in order with the kernels: ``region`` is (bytes per row, rows,
-        slices), pitches in bytes (row, slice)."""
-
-    @abc.abstractmethod
-    def finish(self) -> None:
-        """Wait for everything enqueued."""
 
 
 class Backend(abc.ABC):
@@ -180,8 +110,6 @@ class Backend(abc.ABC):
     def device(self) -> Device:
         """This machine's device of this backend, for executors that keep data on it; ToolchainError
         where there is none (or where the backend cannot yet keep data on it)."""
-        from roller.errors import ToolchainError
-
         raise ToolchainError(f"the {self.name} backend cannot run a model on this machine: "
                              f"{self.why_not_here() or 'it has no device executor'}")
 
@@ -237,10 +165,11 @@ def for_hw(hw: HardwareDesc, name: str | None = None) -> Backend:
 def schema_rules() -> tuple[list[str], list[dict[str, Any]]]:
     """What the JSON schema for editors (roller/hwdesc/schema.json) says about backends, derived from the
     declarations: the ``backend`` values, and per backend an ``if``/``then`` rule on the target and the
-    parallelism keys it requires. ``scripts/update_schema.py`` writes these into the file; a test checks it."""
+    parallelism keys it requires. ``scripts/update_schema.py`` writes these into the file; a test checks it, and
+    the hardware loader reads them from there (``roller.hw.rules``)."""
     rules: list[dict[str, Any]] = []
     for b in sorted(registry().values(), key=lambda b: b.name):
-        then: dict[str, Any] = {"target": {"pattern": f"^(?:{b.target_pattern})$"}}
+        then: dict[str, Any] = {"target": {"pattern": f"^(?:{b.target_pattern})$", "description": b.target_hint}}
         if b.required_parallelism:
             then["parallelism"] = {"required": list(b.required_parallelism)}
         rules.append({"$comment": f"backend {b.name}", "if": {"properties": {"backend": {"const": b.name}},
@@ -252,3 +181,23 @@ def schema_rules() -> tuple[list[str], list[dict[str, Any]]]:
 def runs_here_instead() -> list[str]:
     """Backends that run any description's kernels on this machine's CPU (for hints)."""
     return [b.name for b in registry().values() if b.runs_any_description]
+
+
+def ordered_inputs(launch: Mapping[str, Any], bound: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Inputs in the kernel's argument order (launch.json), from arrays by tensor name."""
+    return [bound[a["name"]] for a in launch["arguments"] if a.get("role") == "input"]
+
+
+def require_device(backend: Backend, hw: HardwareDesc | None = None, why: str = "") -> None:
+    """ToolchainError (exit 5) unless ``backend`` can run kernels on this machine."""
+    if backend.can_run_here():
+        return
+    reason = backend.why_not_here() or f"no {backend.name} device on this machine"
+    instead = [name for name in runs_here_instead() if name != backend.name]
+    hint = ""
+    if instead:
+        hint = (f" (the {instead[0]} backend runs every description's kernels on this machine's device: add "
+                f"--backend {instead[0]})")
+    target = f" for {hw.name}" if hw is not None else ""
+    raise ToolchainError(f"{why or 'running kernels'} needs the {backend.name} backend{target} on this "
+                         f"machine: {reason}{hint}")

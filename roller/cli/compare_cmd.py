@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from roller.cli.build_cmd import positive_int
+from roller.cli.common import positive_int
+from roller.compiler.inputs import ModelInput, OpInput, SymbolicInput
 from roller.errors import InputError
 
 
 def register(sub: Any) -> None:
     from roller import hw
+    from roller.compiler.target import local_names
 
     p = sub.add_parser(
         "compare", help="compare what ops become on several devices: HTML/markdown/CSV/JSON report",
@@ -34,7 +36,7 @@ def register(sub: Any) -> None:
                    help="a model input's static shape (repeatable), where the model leaves it open")
     p.add_argument("--hw", dest="hws", action="append", default=[], metavar="NAME|FILE",
                    help="a description to compare (repeatable; bundled: " + ", ".join(hw.list_bundled())
-                        + "".join(f"; measured here: {n}" for n in hw.list_local()) + "; default: all bundled)")
+                        + "".join(f"; measured here: {n}" for n in local_names()) + "; default: all bundled)")
     p.add_argument("-o", "--output", default="roller-compare", metavar="DIR",
                    help="report folder (default: ./roller-compare); an earlier report there is replaced")
     p.add_argument("--op", dest="op_names", action="append", default=[], metavar="NAME",
@@ -58,32 +60,40 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def _ops(path: str, names: list[str]) -> list:
-    from roller.cli.build_cmd import select_ops
+def _ops(given: OpInput, names: list[str]) -> list:
+    from roller.cli.common import select_ops
 
     if not names:
-        return select_ops(path, None)
+        return select_ops(given, None)
     out = []
     for n in dict.fromkeys(names):
-        out += select_ops(path, n)
+        out += select_ops(given, n)
     return out
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from roller import hw
-    from roller.cli.model_cmd import is_model, model_ops
+    from roller.cli.common import read_input
+    from roller.cli.model_cmd import model_ops
     from roller.compare import report as rep
-    from roller.evaluate import Progress
+    from roller.compiler.target import load_description
+    from roller.ir.opfile import symbolic_refused
+    from roller.progress import Progress
 
     t0 = time.perf_counter()
     model = None
-    if is_model(args.file):
+    given = read_input(args)
+    if isinstance(given, ModelInput):
         if args.op_names:
             raise InputError("--op selects ops of an op file; a model is compared whole", field="--op")
-        ops, model = model_ops(args.file, args.shape)
+        ops, model = model_ops(given, args.shape)
+    elif isinstance(given, SymbolicInput):
+        raise symbolic_refused(given.op)
+    elif isinstance(given, OpInput):
+        ops = _ops(given, args.op_names)
     else:
-        ops = _ops(args.file, args.op_names)
-    hws = [hw.load(h) for h in (args.hws or hw.list_bundled())]
+        raise InputError("roller compare takes an op file or a model, not a build folder", source=args.file)
+    hws = [load_description(h) for h in (args.hws or hw.list_bundled())]
     out_dir = Path(args.output)
     tmp = rep.prepare_output(out_dir)
     bar = Progress(len(ops) * len(hws), f"compare {len(ops)} ops x {len(hws)} devices")

@@ -1,7 +1,6 @@
 """``roller hw``: list, show, validate and probe hardware descriptions.
 
-Also the shared ``--hw NAME|FILE`` / ``--set KEY=VALUE`` options that ``build`` and ``run`` reuse:
-``add_hw_arguments(parser)`` and ``hw_from_args(args)``.
+The ``--hw NAME|FILE`` / ``--set KEY=VALUE`` options that every subcommand shares are ``roller.cli.common``'s.
 """
 from __future__ import annotations
 
@@ -15,40 +14,10 @@ import yaml
 
 from roller import hw
 from roller.atomic import write_atomic
+from roller.cli.common import add_set_argument, overrides_from_args
+from roller.compiler.target import load_description, local_names
 from roller.errors import InputError, RollerError
 from roller.hw.loader import format_size
-
-# -- shared options -------------------------------------------------------------------------------------------
-
-def add_set_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", dest="hw_overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one value of the description, e.g. parallelism.warp_size=64 or "
-                             "memory[1].capacity_per_block_bytes=32KiB (repeatable)")
-
-
-def add_hw_arguments(parser: argparse.ArgumentParser, *, required: bool = True, default: str | None = None) -> None:
-    """Add ``--hw NAME|FILE`` and the repeatable ``--set KEY=VALUE`` to a subcommand's parser."""
-    names = ", ".join(hw.list_bundled())
-    local = ", ".join(hw.list_local())
-    parser.add_argument("--hw", dest="hw", metavar="NAME|FILE", required=required and default is None,
-                        default=default, help=f"hardware description: a bundled name ({names}), a YAML file"
-                                              + (f", or {local}: this machine's own device, measured the first "
-                                                 "time it is used and cached" if local else ""))
-    add_set_argument(parser)
-
-
-def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
-    return hw.parse_overrides(getattr(args, "hw_overrides", None) or [])
-
-
-def hw_from_args(args: argparse.Namespace) -> hw.HardwareDesc:
-    """The description named by ``--hw`` with the ``--set`` overrides applied (InputError on any problem)."""
-    name = getattr(args, "hw", None)
-    if not name:
-        local = f"; measured here: {', '.join(hw.list_local())}" if hw.list_local() else ""
-        raise InputError("missing --hw NAME|FILE (bundled: " + ", ".join(hw.list_bundled()) + local + ")")
-    return hw.load(name, overrides=overrides_from_args(args))
-
 
 # -- subcommands ----------------------------------------------------------------------------------------------
 
@@ -128,14 +97,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("  ".join(cells).rstrip())
     print("effective values (measured or derated); sizes per block; `roller hw show NAME` for everything",
           file=sys.stderr)
-    for name in hw.list_local():
+    for name in local_names():
         print(f"--hw {name}: this machine's device, measured the first time it is used (docs/hwdesc.md)",
               file=sys.stderr)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    d = hw.load(args.target, overrides=overrides_from_args(args))
+    d = load_description(args.target, overrides_from_args(args))
     data = d.to_dict()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -161,7 +130,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            d = hw.load(path, overrides=overrides)
+            d = load_description(path, overrides)
         except RollerError as err:
             failed += 1
             print(f"roller: error: {err}", file=sys.stderr)

@@ -4,22 +4,31 @@ One line per op on stdout: ``NAME  HW/BACKEND  TIME ms  RATE  [check ok (max abs
 with GFLOP/s for ops with a reduction and GB/s (compulsory traffic) for the others. Inputs come from
 ``--inputs in.npz`` (keys: tensor names, or ``OP.TENSOR`` to give ops of one file different arrays), else
 ``random_inputs(op, seed=0)``. ``--save out.npz`` writes the outputs (key: the output tensor's name, or
-``OP.TENSOR`` when several ops run).
+``OP.TENSOR`` when several ops run). A model file runs whole (``roller.cli.model_cmd``), and a folder that
+``roller build`` wrote runs as it was built, without its op or model file and without building again.
 """
 from __future__ import annotations
 
 import argparse
-import io
-import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from roller.atomic import write_atomic
-from roller.cli.build_cmd import add_common, positive_int, setup
+from roller.cli.common import (
+    add_common,
+    check_save_path,
+    inputs_for,
+    load_npz,
+    positive_int,
+    read_input,
+    save_npz,
+    select_ops,
+    target_from_args,
+)
+from roller.compiler.inputs import BuiltInput, ModelInput, OpInput, SymbolicInput
 from roller.errors import InputError
+from roller.ir.opfile import symbolic_refused
 
 
 def register(sub: Any) -> None:
@@ -28,8 +37,10 @@ def register(sub: Any) -> None:
         description="Build each op (top-1 by the model, or the fastest measured with --eval), run it on the "
                     "local device and print its time and GFLOP/s (reductions) or GB/s (others). The "
                     "description's backend must run here: e.g. --hw pocl-cpu, --hw host (this machine's OpenCL "
-                    "device, probed the first time), or any description with --backend opencl.")
-    add_common(p)
+                    "device, probed the first time), or any description with --backend opencl. A folder that "
+                    "roller build wrote runs as built (--hw is then optional: default, the description it was "
+                    "built for).")
+    add_common(p, required_hw=False)
     p.add_argument("--inputs", metavar="IN.npz", default=None,
                    help="input arrays by tensor name (OP.TENSOR also accepted); default: random, seed 0")
     p.add_argument("--save", metavar="OUT.npz", default=None, help="write the outputs here (npz)")
@@ -45,86 +56,41 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def load_npz(path: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
-    except FileNotFoundError:
-        raise InputError("no such file", source=path, field="--inputs") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        raise InputError(f"not a readable .npz file ({err.__class__.__name__}: {err})", source=path,
-                         field="--inputs") from None
-
-
-def _check_numeric(name: str, arr: np.ndarray, path: str | None) -> None:
-    # Kernels take real numbers: strings would fail deep in numpy, complex numbers lose their imaginary part.
-    if arr.dtype.kind not in "biuf":
-        raise InputError(f"array {name!r} holds {arr.dtype} values; expected real numbers", source=path,
-                         field="--inputs")
-
-
-def inputs_for(op: Any, given: dict[str, np.ndarray] | None, path: str | None) -> dict[str, np.ndarray]:
-    from roller.numpy_reference import bind_inputs, random_inputs
-
-    if given is None:
-        return random_inputs(op, seed=0)
-    chosen: dict[str, np.ndarray] = {}
-    for t in op.inputs:
-        for key in (f"{op.name}.{t.name}", t.name):
-            if key in given:
-                _check_numeric(key, given[key], path)
-                chosen[t.name] = given[key]
-                break
-        else:
-            raise InputError(f"no array for input {t.name!r} of op {op.name} (keys: {', '.join(sorted(given))})",
-                             source=path, field="--inputs")
-    try:
-        return bind_inputs(op, (), chosen)
-    except InputError as err:
-        raise InputError(f"op {op.name}: {err.bare}", source=path, field="--inputs") from None
-
-
-def check_save_path(path: str) -> None:
-    """InputError unless ``path`` can take the outputs: checked before any op runs, not after them all."""
-    target = Path(path)
-    folder = target.resolve().parent
-    if not folder.is_dir():
-        raise InputError("folder does not exist", source=str(target.parent), field="--save")
-    if target.is_dir():
-        raise InputError("is a folder; give a file name (e.g. out.npz)", source=path, field="--save")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError("cannot write there: the folder is not writable", source=path, field="--save")
-
-
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Atomically: to a temp file next to ``path``, then renamed."""
-    target = Path(path)
-    check_save_path(path)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types the keyword arrays as bool
-    try:
-        write_atomic(target, buf.getvalue())
-    except OSError as err:
-        raise InputError(f"cannot write there: {err.strerror or err}", source=path, field="--save") from None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from roller.api import build_kernel
-    from roller.cli.model_cmd import cmd_run_model, is_model
-    from roller.evaluate import check_against, require_device, throughput
+    from roller.cli.common import hw_from_args
 
-    if is_model(args.file):
-        return cmd_run_model(args)
-    hwd, be, ops = setup(args)
-    require_device(be, hwd, why="roller run")
+    if Path(args.file).is_dir():
+        return _run_built(args, read_input(args))
+    hw_from_args(args)   # a bad or missing description is reported before the input
+    given = read_input(args)
+    if isinstance(given, ModelInput):
+        from roller.cli.model_cmd import cmd_run_model
+
+        return cmd_run_model(args, given)
+    if isinstance(given, SymbolicInput):
+        raise symbolic_refused(given.op)
+    assert isinstance(given, OpInput)
+    from roller.backends import require_device
+    from roller.compiler.kernel import build_kernel
+
+    target = target_from_args(args)
+    require_device(target.backend, target.hw, why="roller run")
+    ops = select_ops(given, args.op_name)
+    return _run_ops(args, ops, lambda i: build_kernel(ops[i], target, top_k=args.top_k, evaluate=args.evaluate,
+                                                      use_cache=args.cache, repeat=args.repeat))
+
+
+def _run_ops(args: argparse.Namespace, ops: list, kernel_of: Any) -> int:
+    from roller.compiler.check import check_against, throughput
+
     if args.save:
         check_save_path(args.save)
     given = load_npz(args.inputs) if args.inputs else None
     bound_all = [inputs_for(op, given, args.inputs) for op in ops]  # all input problems before any work
     outputs: dict[str, np.ndarray] = {}
-    for op, bound in zip(ops, bound_all):
-        kernel = build_kernel(op, hwd, be, top_k=args.top_k, evaluate=args.evaluate, use_cache=args.cache,
-                              repeat=args.repeat)
+    for i, (op, bound) in enumerate(zip(ops, bound_all)):
+        kernel = kernel_of(i)
+        hwd, be = kernel.hw, kernel.backend
         out = kernel(*[bound[n] for n in kernel.input_names])
         note = ""
         if args.check:
@@ -133,10 +99,82 @@ def cmd_run(args: argparse.Namespace) -> int:
             note = f"  check ok (max abs err {max_abs:.2g}, rel {max_rel:.2g})"
         seconds = kernel.benchmark(repeat=args.repeat, inputs=bound)
         rate, unit = throughput(op, seconds)
-        chosen = f" (fastest of {len(kernel.programs)} measured)" if kernel.evaluation else ""
+        chosen = f" (fastest of {len(kernel.evaluation['candidates'])} measured)" if kernel.evaluation else ""
         print(f"{op.name}  {hwd.name}/{be.name}  {seconds * 1e3:.4g} ms  {rate:.4g} {unit}{note}  "
               f"{kernel.program.line()}{chosen}", flush=True)
         outputs[f"{op.name}.{op.output.name}" if len(ops) > 1 else op.output.name] = out
+    if args.save:
+        save_npz(args.save, outputs)
+    return 0
+
+
+def _run_built(args: argparse.Namespace, given: Any) -> int:
+    """A folder ``roller build`` wrote: a model, a kernel, a kernel set, or a folder of op folders."""
+    from roller.backends import require_device
+    from roller.compiler import load
+    from roller.compiler.kernel import Kernel
+    from roller.compiler.kernel_set import GenericKernel
+
+    assert isinstance(given, BuiltInput)
+    for option, value in (("--op", args.op_name), ("--shape", args.shape), ("--eval", args.evaluate)):
+        if value:
+            raise InputError(f"{option} does not apply to a folder roller build wrote: it runs as built",
+                             field=option, source=args.file)
+    hw = args.hw if args.hw else None
+    if hw is not None:
+        from roller.cli.common import hw_from_args
+
+        hw = hw_from_args(args)
+    loaded = load(given.folder, hw if hw is None or args.backend is None else target_from_args(args))
+    items = loaded if isinstance(loaded, list) else [loaded]
+    first = items[0]
+    require_device(first.backend, first.hw, why="roller run")
+    if given.kind == "model":
+        from roller.cli.model_cmd import run_model
+
+        return run_model(args, first)
+    if any(isinstance(k, GenericKernel) for k in items):
+        return _run_sets(args, items)
+    kernels: list[Kernel] = [k for k in items if isinstance(k, Kernel)]
+    return _run_ops(args, [k.op for k in kernels], lambda i: kernels[i])
+
+
+def _run_sets(args: argparse.Namespace, items: list) -> int:
+    """Kernel sets (and kernels) of a build folder, each at the sizes of its ``--inputs`` arrays (default: the
+    greatest sizes of its symbols, random inputs)."""
+    from roller.compiler.check import check_against
+    from roller.compiler.kernel_set import GenericKernel
+    from roller.ir.reference import random_inputs
+
+    if any(not isinstance(k, GenericKernel) for k in items):
+        raise InputError("this folder holds kernel sets and kernels side by side; run each op's folder",
+                         source=args.file)
+    given = load_npz(args.inputs) if args.inputs else None
+    if args.save:
+        check_save_path(args.save)
+    outputs: dict[str, np.ndarray] = {}
+    for ks in items:
+        if given is None:
+            values = {s: r[1] for s, r in ks.op.ranges.items()}
+            bound = random_inputs(ks.op.instantiate(values), seed=0)
+        else:
+            arrays = {t: given.get(f"{ks.name}.{t}", given.get(t)) for t in ks.input_names}
+            missing = [t for t, a in arrays.items() if a is None]
+            if missing:
+                raise InputError(f"no array for input {missing[0]!r} of op {ks.name}", source=args.inputs,
+                                 field="--inputs")
+            values, bound = ks.bind((), arrays)
+        out = ks(**bound)
+        sizes = ", ".join(f"{s}={v}" for s, v in values.items())
+        note = ""
+        if args.check:
+            expr = ks.op.instantiate(values)
+            max_abs, max_rel = check_against(f"{ks.name} at {sizes}", expr, bound, out)
+            note = f"  check ok (max abs err {max_abs:.2g}, rel {max_rel:.2g})"
+        seconds = ks.benchmark(values, repeat=args.repeat)
+        print(f"{ks.name} at {sizes}  {ks.hw.name}/{ks.backend.name}  {seconds * 1e3:.4g} ms  kernel "
+              f"{ks.choice(**values).get('kernel')}{note}", flush=True)
+        outputs[f"{ks.name}.{ks.op.doc.get('name', 'Y')}" if len(items) > 1 else ks.name] = out
     if args.save:
         save_npz(args.save, outputs)
     return 0

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from roller.construction.align import transaction_alignment, warp_multiple
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc

@@ -18,8 +18,8 @@ from roller.ir.expr import Affine, Const, map_reads, reads
 from roller.ir.fuse import prepare
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
-from roller.model.micro import predict, resources
-from roller.model.traffic import TileGeometry
+from roller.perf.micro import predict, resources
+from roller.perf.traffic import TileGeometry
 from roller.program import Prediction, RProgram, RTile, launch_counts
 
 __all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "construct", "levels", "matrix_candidates",

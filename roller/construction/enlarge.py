@@ -25,8 +25,8 @@ from roller.construction.exchange import exchange_fed, on_device, resident_input
 from roller.hw import HardwareDesc
 from roller.hw.desc import TileThroughput
 from roller.ir.vector import vector_width
-from roller.model.micro import register_tile, registers_per_thread
-from roller.model.traffic import TileGeometry
+from roller.perf.micro import register_tile, registers_per_thread
+from roller.perf.traffic import TileGeometry
 
 Tile = tuple[int, ...]
 NEAR_BEST = 0.9  # a measured register tile within this fraction of the fastest one counts as saturating

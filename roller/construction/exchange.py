@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from roller.hw import HardwareDesc
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 
 
 def exchange_fed(hw: HardwareDesc, block_level: int) -> bool:

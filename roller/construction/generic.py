@@ -25,9 +25,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from roller.construction import construct, predict_program, prepared, row_proxy, runtime
+from roller.construction import construct, predict_program, prepared, row_proxy, symbol_args
 from roller.construction.matrix import MatrixSupport
-from roller.construction.runtime import RuntimeAxes, TwoSizes, at_extents, runtime_axes, two_sizes
+from roller.construction.symbol_args import RuntimeAxes, TwoSizes, at_extents, runtime_axes, two_sizes
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
 from roller.ir.symbolic import SymbolicOp
@@ -35,7 +35,7 @@ from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
 from roller.program import RProgram, launch_counts
 
 # Seconds of each (program index, sample size) asked, on this machine's device, for the programs of the
-# KernelSet it is given (roller.shape_generic renders, compiles and runs them: the core imports no backend).
+# KernelSet it is given (roller.compiler.kernel_set renders, compiles and runs them: the core imports no backend).
 Timer = Callable[["KernelSet", list[tuple[int, int]]], dict[tuple[int, int], float]]
 
 # A kept set is done when every sample size has a program predicted within this factor of the best candidate.
@@ -202,7 +202,7 @@ def _cost_form(prog: RProgram, ax: GenericAxis | RuntimeAxes, value: int, greate
     """The op a kept program computes at ``value`` (its last blocks' points past it included): what the model
     predicts."""
     if isinstance(ax, RuntimeAxes):
-        return at_extents(prog.expr, ax, runtime.covered(prog, ax, value), source(value))
+        return at_extents(prog.expr, ax, symbol_args.covered(prog, ax, value), source(value))
     return form(covered(prog, ax, value, greatest))
 
 
@@ -211,7 +211,7 @@ def _fits(prog: RProgram, ax: GenericAxis | RuntimeAxes, value: int, greatest: i
     if isinstance(ax, RuntimeAxes):
         # Along each axis: with two axes of the symbol (attention's scores), a cap on their product left only
         # tiles of a few points for most sizes (3x3 blocks of 9 threads on an H100 from 17 to 141).
-        return all(extent <= value * RUNTIME_WASTE_CAP for extent in runtime.covered(prog, ax, value).values())
+        return all(extent <= value * RUNTIME_WASTE_CAP for extent in symbol_args.covered(prog, ax, value).values())
     return covered(prog, ax, value, greatest) <= value * WASTE_CAP
 
 
@@ -219,7 +219,7 @@ def _fits(prog: RProgram, ax: GenericAxis | RuntimeAxes, value: int, greatest: i
 class KernelSet:
     """The kept programs (each over the op at the greatest size: what is rendered) and how to choose. ``axis``
     says how a kernel serves a smaller size: launched on a prefix of its grid (``GenericAxis``), or given the
-    size as an argument (``RuntimeAxes``, roller.construction.runtime)."""
+    size as an argument (``RuntimeAxes``, roller.construction.symbol_args)."""
 
     op: SymbolicOp
     hw: HardwareDesc
@@ -232,6 +232,9 @@ class KernelSet:
     # measured seconds of each kept program at each sample size, where it was timed (else inf): a set chosen
     # on the device; None: chosen by the model alone
     measured: list[list[float]] | None = None
+    # (from, to, kept program) covering the symbol's range: the choices of a set read back from dispatch.json,
+    # which has no predictions to choose by (empty: choose by them)
+    dispatch: tuple[tuple[int, int, int], ...] = ()
     _forms: dict[int, TensorExpr] = field(default_factory=dict, repr=False)
     _choice: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -289,6 +292,9 @@ class KernelSet:
         repeated size costs a lookup)."""
         if value not in self._choice:
             self.op.check_values({**{s: r[1] for s, r in self.op.ranges.items()}, self.axis.symbol: value})
+            if self.dispatch:
+                self._choice[value] = next(k for lo, hi, k in self.dispatch if lo <= value <= hi)
+                return self._choice[value]
             # Where none fits (the set is full): the least waste by the model, or every kept program where the
             # set was timed (each was timed at the samples none fits, so the device decides there too).
             fit = [i for i, p in enumerate(self.programs) if _fits(p, self.axis, value, self.greatest)] or \
@@ -300,14 +306,14 @@ class KernelSet:
     def _waste(self, index: int, value: int) -> float:
         prog = self.programs[index]
         if isinstance(self.axis, RuntimeAxes):
-            return runtime.waste(prog, self.axis, value)
+            return symbol_args.waste(prog, self.axis, value)
         return covered(prog, self.axis, value, self.greatest) / value
 
     def blocks(self, index: int, value: int) -> int:
         """Blocks to launch for ``value``: those covering its rows, times the other axes' blocks."""
         prog = self.programs[index]
         if isinstance(self.axis, RuntimeAxes):
-            return runtime.blocks(prog, self.axis, value)
+            return symbol_args.blocks(prog, self.axis, value)
         lead = -(-prog.expr.axes[0].extent // prog.block_tile.shape[0])
         return prog.grid // lead * -(-value * self.axis.per_value // prog.block_tile.shape[0])
 
@@ -315,7 +321,7 @@ class KernelSet:
         """Leading rows every growing tensor's buffer must hold at ``value``: the last launched block's points
         past ``value`` read and write rows up to there."""
         if isinstance(self.axis, RuntimeAxes):
-            return runtime.rows(self.programs[index], self.axis, value)
+            return symbol_args.rows(self.programs[index], self.axis, value)
         return covered(self.programs[index], self.axis, value, self.greatest)
 
     def intervals(self, every_up_to: int = 4096) -> list[dict[str, int]]:
@@ -348,17 +354,25 @@ class KernelSet:
         return rows
 
 
+def set_axis(op: SymbolicOp, hw: HardwareDesc) -> tuple[GenericAxis | RuntimeAxes | str, TwoSizes | None]:
+    """How a kernel set of ``op`` serves its sizes (launched on a prefix of its grid, or given the size as an
+    argument), or why neither serves; with the op prepared at two sizes, which both tests look at."""
+    sizes = two_sizes(op, hw, "a shape-generic kernel serves")
+    at = sizes if isinstance(sizes, TwoSizes) else None
+    leading = generic_axis(op, hw, at)
+    if not isinstance(leading, str):
+        return leading, at
+    ax = runtime_axes(op, hw, at)
+    return (f"{leading}; with the size as a kernel argument: {ax}" if isinstance(ax, str) else ax), at
+
+
 def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixSupport] = (),
                       max_kernels: int = MAX_KERNELS, timer: Timer | None = None) -> KernelSet | str:
     """The kept programs of ``op``'s shape-generic kernel set on ``hw``, or why one kernel cannot serve every
     size (the caller then builds per size). With ``timer``, the set is chosen on the device (module doc)."""
-    # Both tests look at the op prepared at the same two sizes: prepare them once.
-    sizes = two_sizes(op, hw, "a shape-generic kernel serves")
-    at = sizes if isinstance(sizes, TwoSizes) else None
-    leading = generic_axis(op, hw, at)
-    ax: GenericAxis | RuntimeAxes | str = leading if not isinstance(leading, str) else runtime_axes(op, hw, at)
+    ax, at = set_axis(op, hw)
     if isinstance(ax, str):
-        return f"{leading}; with the size as a kernel argument: {ax}"
+        return ax
     lo, hi = op.ranges[ax.symbol]
     base = {s: r[1] for s, r in op.ranges.items()}
     top = at.top if at is not None else prepared(op.instantiate(base), hw)

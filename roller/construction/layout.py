@@ -22,12 +22,11 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 
-import numpy as np
-
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine, Read
+from roller.ir.layout import PackedLayout
 from roller.ir.tensor_expr import Axis, TensorExpr
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 from roller.program import RProgram
 
 # A packed variant must be predicted at least this much faster: the transposed copy of the weights costs
@@ -35,32 +34,6 @@ from roller.program import RProgram
 MIN_GAIN = 0.9
 # An axis shorter than this makes no vector worth a layout (a batch of 1).
 MIN_LANES = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class PackedLayout:
-    """``expr`` reads ``tensor`` stored as ``numpy.transpose(weights, perm)``, with ``axis`` as its last
-    spatial axis (the CPU kernels' vector axis). Blocked (``block`` > 0): the weights' dimension ``split`` is
-    first split into (``size / block``, ``block``) and ``perm`` orders the dimensions after the split."""
-    expr: TensorExpr
-    tensor: str
-    perm: tuple[int, ...]
-    axis: str
-    split: int = 0
-    block: int = 0
-
-    def apply(self, weights: np.ndarray) -> np.ndarray:
-        """The weights in this layout."""
-        if self.block:
-            shape = weights.shape
-            d = self.split
-            weights = weights.reshape(shape[:d] + (shape[d] // self.block, self.block) + shape[d + 1:])
-        return np.ascontiguousarray(np.transpose(weights, self.perm))
-
-    @property
-    def tag(self) -> str:
-        """A short name of the layout (for the packed constant's name)."""
-        return (f"b{self.block}." if self.block else "") + "".join(map(str, self.perm))
 
 
 def packed_variants(expr: TensorExpr, constants: Iterable[str], block: int = 0) -> list[PackedLayout]:
@@ -181,8 +154,8 @@ def _pack(expr: TensorExpr, name: str, dim: int, axis: str) -> PackedLayout:
 
 
 def choose_layout(expr: TensorExpr, hw: HardwareDesc, constants: Iterable[str],
-                  matrix: Iterable = (), measured: Callable[[TensorExpr], float | None] | None = None
-                  ) -> PackedLayout | None:
+                  matrix: Iterable = (), measured: Callable[[TensorExpr], float | None] | None = None,
+                  best: Callable[[TensorExpr], RProgram] | None = None) -> PackedLayout | None:
     """The packed variant of ``expr`` the micro-performance model predicts fastest, or None to keep the
     layout as given; among the layouts predicted within ``MIN_GAIN`` of the fastest, the one whose weights are
     read in the fewest runs (``weight_runs``; the layout as given where that ties). With ``measured`` (seconds
@@ -190,7 +163,8 @@ def choose_layout(expr: TensorExpr, hw: HardwareDesc, constants: Iterable[str],
     instead: the model ranks layouts as poorly as tiles (a 1x1 convolution of 24 channels to 144 at 56x56 with
     its output channels as the vector axis, the model's pick, ran at 0.43x onnxruntime). Only where kernels read
     global memory through a cache (a CPU: the block's layer is a cache), which is where the vector axis and
-    the runs decide the speed; GPU descriptions keep their layouts."""
+    the runs decide the speed; GPU descriptions keep their layouts. ``best`` answers which program construction
+    ranks first for an expression (default: construct it here; a build passes its memoised answers)."""
     from roller.construction import construct, levels
 
     block_level, _ = levels(hw)
@@ -206,8 +180,10 @@ def choose_layout(expr: TensorExpr, hw: HardwareDesc, constants: Iterable[str],
         return None
     matrix = tuple(matrix)
 
-    def best(e: TensorExpr) -> RProgram:
+    def top1(e: TensorExpr) -> RProgram:
         return construct(e, hw, top_k=1, matrix=matrix)[0]
+
+    best = best or top1
 
     def seconds(p: RProgram) -> float:
         return p.prediction.time_s if p.prediction else float("inf")

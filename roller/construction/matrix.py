@@ -25,8 +25,8 @@ from roller.construction.align import EPSILONS, padding_ok, storage_padding, war
 from roller.hw import HardwareDesc, MatrixInstruction, MemoryLayer
 from roller.ir.expr import BinOp, Read
 from roller.ir.tensor_expr import TensorExpr
-from roller.model.micro import matrix_registers_per_thread, predict, register_cap, resources
-from roller.model.traffic import TileGeometry
+from roller.perf.micro import matrix_registers_per_thread, predict, register_cap, resources
+from roller.perf.traffic import TileGeometry
 from roller.program import MatrixChoice, RProgram, RTile
 
 

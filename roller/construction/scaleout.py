@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from roller.construction.enlarge import Candidate, Search
 from roller.hw import HardwareDesc
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 
 
 def shrink_for_parallelism(geo: TileGeometry, hw: HardwareDesc, cands: list[Candidate],

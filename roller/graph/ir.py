@@ -17,7 +17,7 @@ Constants are numpy arrays uploaded once per model. ``Graph.check()`` is the inv
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -115,6 +115,12 @@ class Graph:
 
     def value(self, name: str) -> Value:
         return self.values[name]
+
+    def copy(self) -> Graph:
+        """A graph that a pass may change without changing this one: its own lists and maps of the same values,
+        steps and arrays (passes replace entries; none changes a step, a value or an array)."""
+        return replace(self, inputs=list(self.inputs), outputs=list(self.outputs), values=dict(self.values),
+                       constants=dict(self.constants), nodes=list(self.nodes))
 
     def producer(self) -> dict[str, Node]:
         return {n.output: n for n in self.nodes}

@@ -8,8 +8,8 @@ with the pad value once and copied into at each run; one such buffer serves ever
 shape, padding and value, since each copy writes only the interior. A value held with a border
 (``roller.graph.padding``: its producer writes the interior of the padded buffer its readers want) needs no
 copy: its buffer is filled once and passes, by lifetime, only to values with the same border. The plan is plain data
-(``to_json``): the OpenCL executor here runs it, and the launchers of other backends can replay it from
-``roller build``'s ``plan.json``.
+(``to_json``, ``plan_from_json``): the executor (``roller.runtime.executor``) runs it, and a backend's launcher
+can replay it from ``roller build``'s ``plan.json``.
 """
 from __future__ import annotations
 
@@ -110,12 +110,16 @@ class Plan:
             "inputs": [{"value": v, "buffer": self.value_buffer[v],
                         **({"pad": {"shape": list(self.input_pads[v].shape),
                                     "before": [b for b, _ in self.input_pads[v].pads],
-                                    "after": [a for _, a in self.input_pads[v].pads]}}
+                                    "after": [a for _, a in self.input_pads[v].pads],
+                                    "value": pad_value_json(self.input_pads[v].value),
+                                    "dtype": self.input_pads[v].dtype}}
                            if v in self.input_pads else {})} for v in self.inputs],
             "outputs": [{"value": v, "buffer": self.value_buffer[v]} for v in self.outputs],
             "buffers": [{"id": b.id, "bytes": b.nbytes, "role": b.role, "values": list(b.values),
-                         **({"fill": pad_value_json(b.fill), "dtype": self.pads[b.id].dtype} if b.fill is not None
-                            else {})}
+                         **({"fill": pad_value_json(b.fill), "dtype": self.pads[b.id].dtype,
+                             "shape": list(self.pads[b.id].shape),
+                             "before": [x for x, _ in self.pads[b.id].pads],
+                             "after": [x for _, x in self.pads[b.id].pads]} if b.fill is not None else {})}
                         for b in self.buffers],
             "steps": [{"kind": "kernel", "kernel": self.kernels.get(s.kernel, s.kernel), "args": list(s.args),
                        "node": s.node} if isinstance(s, KernelStep) else
@@ -127,6 +131,51 @@ class Plan:
             "peak_bytes": self.peak_bytes,
             "bytes_by_role": self.bytes_by_role(),
         }
+
+
+def plan_from_json(doc: Mapping[str, Any]) -> Plan:
+    """The plan ``Plan.to_json`` wrote (``roller build``'s ``plan.json``): kernels by the names the document
+    gives them. KeyError, TypeError or ValueError for a document that is not one."""
+    def pad(d: Mapping[str, Any]) -> InputPad:
+        return InputPad(tuple(int(x) for x in d["shape"]),
+                        tuple((int(b), int(a)) for b, a in zip(d["before"], d["after"], strict=True)),
+                        float(d["value"] if "value" in d else d["fill"]), str(d["dtype"]))
+
+    buffers = [Buffer(int(b["id"]), int(b["bytes"]), str(b["role"]), tuple(str(v) for v in b["values"]),
+                      None if b.get("fill") is None else float(b["fill"])) for b in doc["buffers"]]
+    if [b.id for b in buffers] != list(range(len(buffers))):
+        raise ValueError("buffers are not numbered 0, 1, ... in order")
+    value_buffer = {v: b.id for b in buffers for v in b.values}
+    for entry in (*doc["inputs"], *doc["outputs"]):
+        value_buffer[str(entry["value"])] = int(entry["buffer"])
+    steps: list[KernelStep | CopyStep] = []
+    for s in doc["steps"]:
+        if s["kind"] == "kernel":
+            steps.append(KernelStep(str(s["kernel"]), tuple(int(a) for a in s["args"]), str(s["node"])))
+        elif s["kind"] == "copy":
+            rects = tuple(Rect(int(r["src_offset"]), int(r["dst_offset"]), _triple(r["region"]),
+                               _pair(r["src_pitches"]), _pair(r["dst_pitches"])) for r in s["rects"])
+            steps.append(CopyStep(int(s["src"]), int(s["dst"]), rects, str(s["node"])))
+        else:
+            raise ValueError(f"a step of kind {s['kind']!r}")
+    if any(a < 0 or a >= len(buffers) for s in steps for a in (s.args if isinstance(s, KernelStep)
+                                                                 else (s.src, s.dst))):
+        raise ValueError("a step names a buffer the plan does not have")
+    kernels = {str(s.kernel): str(s.kernel) for s in steps if isinstance(s, KernelStep)}
+    return Plan(buffers, steps, value_buffer, [str(e["value"]) for e in doc["inputs"]],
+                [str(e["value"]) for e in doc["outputs"]], kernels,
+                pads={b.id: pad(d) for b, d in zip(buffers, doc["buffers"]) if b.fill is not None},
+                input_pads={str(e["value"]): pad(e["pad"]) for e in doc["inputs"] if "pad" in e})
+
+
+def _pair(x: Any) -> tuple[int, int]:
+    a, b = x
+    return int(a), int(b)
+
+
+def _triple(x: Any) -> tuple[int, int, int]:
+    a, b, c = x
+    return int(a), int(b), int(c)
 
 
 def plan(graph: Graph, pads: Mapping[str, tuple[InputPad | None, ...]] | None = None,

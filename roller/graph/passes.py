@@ -3,13 +3,11 @@ share one kernel."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from roller.graph.ir import CopyNode, Graph, OpNode, Value, ViewNode
+from roller.ir.layout import PackedLayout
 from roller.ir.tensor_expr import TensorExpr
-
-if TYPE_CHECKING:
-    from roller.construction.layout import PackedLayout
 
 
 def remove_dead(graph: Graph) -> Graph:

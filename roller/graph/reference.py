@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from roller.graph.ir import CopyNode, Graph, OpNode, ViewNode
-from roller.numpy_reference import reference
+from roller.ir.reference import reference
 from roller.program import pad_input
 
 

@@ -24,20 +24,19 @@ from roller.hw.loader import (
     format_size,
     from_dict,
     list_bundled,
-    list_local,
     load,
     load_text,
     parse_overrides,
     parse_size,
 )
-
-SCHEMA_PATH = BUNDLED_DIR / "schema.json"
+from roller.hw.rules import SCHEMA_PATH, BackendRule, backend_rules
 
 __all__ = [
     "BUNDLED_DIR",
     "DTYPES",
     "SCHEMA_PATH",
     "SCOPES",
+    "BackendRule",
     "Calibration",
     "ComputePeak",
     "DtypeCompute",
@@ -46,10 +45,10 @@ __all__ = [
     "MemoryLayer",
     "Parallelism",
     "TileThroughput",
+    "backend_rules",
     "format_size",
     "from_dict",
     "list_bundled",
-    "list_local",
     "load",
     "load_text",
     "parse_overrides",

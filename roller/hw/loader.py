@@ -10,7 +10,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from roller.hw.desc import (
     Parallelism,
     TileThroughput,
 )
+from roller.hw.rules import backend_rules
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "hwdesc"
 OVERRIDE = "--set"   # marks a key path whose value came from a --set override
@@ -356,9 +357,10 @@ def _to_data(node: Any, path: tuple, doc: _Doc, constructor: yaml.SafeLoader, ac
 MAX_EXTENDS = 8
 
 
-def _extend(data: Any, doc: _Doc, base_dir: Path, chain: tuple[str, ...]) -> Any:
+def _extend(data: Any, doc: _Doc, base_dir: Path, chain: tuple[str, ...],
+            local: Mapping[str, Callable[[], Path]] | None = None) -> Any:
     """``data`` merged over the description its ``extends`` names (resolved as a bundled name, or a path
-    relative to ``base_dir``): mappings merge key by key, lists of named entries (memory layers, matrix
+    relative to ``base_dir``, or one of ``local``'s names): mappings merge key by key, lists of named entries (memory layers, matrix
     instructions) entry by entry by name, anything else is replaced. ``doc.lines`` then says, for every
     key path, which file and line its value came from."""
     if not isinstance(data, dict) or "extends" not in data:
@@ -370,7 +372,7 @@ def _extend(data: Any, doc: _Doc, base_dir: Path, chain: tuple[str, ...]) -> Any
         raise doc.fail(("extends",), f"expected at most {MAX_EXTENDS} descriptions extending one another, got "
                                      f"{' -> '.join(chain)}")
     near = base_dir / ref
-    path, display = (near, _display(near)) if near.is_file() else _resolve_or_fail(ref, doc)
+    path, display = (near, _display(near)) if near.is_file() else _resolve_or_fail(ref, doc, local)
     key = str(path.resolve())
     if key in chain:
         raise doc.fail(("extends",), f"expected no loop of extends, got {' -> '.join((*chain, key))}")
@@ -379,7 +381,7 @@ def _extend(data: Any, doc: _Doc, base_dir: Path, chain: tuple[str, ...]) -> Any
     except (OSError, UnicodeDecodeError) as err:
         raise doc.fail(("extends",), f"cannot read {display}: {err}") from None
     base_doc = _Doc(display)
-    base = _extend(_compose(text, base_doc), base_doc, path.parent, (*chain, key))
+    base = _extend(_compose(text, base_doc), base_doc, path.parent, (*chain, key), local)
     if not isinstance(base, dict):
         raise doc.fail(("extends",), f"{display} is not a description mapping")
     if "name" not in data:
@@ -391,9 +393,9 @@ def _extend(data: Any, doc: _Doc, base_dir: Path, chain: tuple[str, ...]) -> Any
     return merged
 
 
-def _resolve_or_fail(ref: str, doc: _Doc) -> tuple[Path, str]:
+def _resolve_or_fail(ref: str, doc: _Doc, local: Mapping[str, Callable[[], Path]] | None) -> tuple[Path, str]:
     try:
-        return resolve(ref)
+        return resolve(ref, local)
     except InputError as err:
         raise doc.fail(("extends",), err.bare) from None
 
@@ -566,21 +568,19 @@ class _Checker:
         self.mapping(data, (), TOP_KEYS, TOP_REQUIRED)
         name = self.string(data["name"], ("name",), NAME_RE, "a name of letters, digits, '-', '_' or '.'")
         vendor = self.string(data["vendor"], ("vendor",))
-        # The backends declare which descriptions they serve and what their targets look like.
-        from roller.backends import registry
-
-        backends = registry()
-        backend = self.choice(data["backend"], ("backend",), tuple(sorted(backends)))
+        # The backends declare which descriptions they serve and what their targets look like (roller.hw.rules).
+        rules = backend_rules()
+        backend = self.choice(data["backend"], ("backend",), tuple(sorted(rules)))
         target = self.string(data["target"], ("target",))
-        if not backends[backend].matches_target(target):
-            raise self.fail(("target",), f"expected {backends[backend].target_hint} for backend {backend!r}, "
+        if not rules[backend].matches_target(target):
+            raise self.fail(("target",), f"expected {rules[backend].target_hint} for backend {backend!r}, "
                                          f"got {show(target)}")
         notes = data.get("notes")
         if notes is None:
             notes = ""
         elif not isinstance(notes, str):
             raise self.fail(("notes",), f"expected a string, got {show(notes)}")
-        par = self.parallelism(data["parallelism"], backend, backends[backend].required_parallelism)
+        par = self.parallelism(data["parallelism"], backend, rules[backend].required_parallelism)
         memory = self.memory(data["memory"], par)
         compute = self.compute(data["compute"])
         mis = self.matrix_instructions(data.get("matrix_instructions"), compute)
@@ -826,34 +826,26 @@ def list_bundled() -> list[str]:
     return sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml"))
 
 
-def list_local() -> list[str]:
-    """Names of the descriptions measured on this machine the first time they are used (``--hw host``): the
-    backends declare them, so the core names none."""
-    from roller.backends import registry
-
-    return sorted(n for b in registry().values() for n in b.local_names)
-
-
-def resolve(name_or_path: str | os.PathLike) -> tuple[Path, str]:
-    """(file to read, path to show in messages) for a file path, a bundled name, or a name a backend measures
-    on this machine (its description is probed the first time and cached; the cached file is returned)."""
+def resolve(name_or_path: str | os.PathLike, local: Mapping[str, Callable[[], Path]] | None = None
+            ) -> tuple[Path, str]:
+    """(file to read, path to show in messages) for a file path, a bundled name, or one of ``local``'s names
+    (descriptions of this machine's devices, measured the first time and cached: ``local[name]()`` gives the
+    cached file; the backends provide them, through ``roller.compiler.target.load_description``)."""
     text = os.fspath(name_or_path)
     path = Path(text)
     if path.is_file():
         return path, text
+    local = local or {}
     looks_like_path = os.sep in text or "/" in text or text.endswith((".yaml", ".yml"))
     if not looks_like_path:
         bundled = BUNDLED_DIR / f"{text.lower()}.yaml"
         if bundled.is_file():
             return bundled, _display(bundled)
-        from roller.backends import registry
-
-        for backend in registry().values():
-            if text.lower() in backend.local_names:
-                local = backend.local_description(text.lower())
-                return local, str(local)
+        if text.lower() in local:
+            found = local[text.lower()]()
+            return found, str(found)
     # A path that is not there is not a name either: only names get the names measured here as hints.
-    local_names = [] if looks_like_path else list_local()
+    local_names = [] if looks_like_path else sorted(local)
     here = f"; measured here: {', '.join(local_names)}" if local_names else ""
     raise InputError(f"no hardware description {text!r} (bundled: {', '.join(list_bundled())}{here})")
 
@@ -868,13 +860,15 @@ def _display(path: Path) -> str:
 _CACHE: dict[tuple, HardwareDesc] = {}
 
 
-def load(name_or_path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
-    """Load a bundled description by name (``"mi50"``) or a YAML file, apply ``overrides`` and check it.
+def load(name_or_path: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
+         local: Mapping[str, Callable[[], Path]] | None = None) -> HardwareDesc:
+    """Load a bundled description by name (``"mi50"``), a YAML file, or one of ``local``'s names (``resolve``),
+    apply ``overrides`` and check it.
 
     ``overrides`` maps key paths to values (``{"parallelism.warp_size": "64"}``); string values are read as
     YAML scalars, so ``"64"`` is an integer and ``"32KiB"`` a size. Raises InputError (exit 2) on any problem.
     """
-    path, display = resolve(name_or_path)
+    path, display = resolve(name_or_path, local)
     try:
         st = path.stat()
         key = (str(path.resolve()), display, st.st_mtime_ns, st.st_size,
@@ -887,18 +881,20 @@ def load(name_or_path: str | os.PathLike, overrides: Mapping[str, Any] | None = 
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read: {err}", source=display) from None
-    desc = load_text(text, display, overrides, base_dir=path.parent)
+    desc = load_text(text, display, overrides, base_dir=path.parent, local=local)
     if key is not None:
         _CACHE[key] = desc
     return desc
 
 
 def load_text(text: str, source: str = "<string>", overrides: Mapping[str, Any] | None = None,
-              base_dir: Path | None = None) -> HardwareDesc:
+              base_dir: Path | None = None,
+              local: Mapping[str, Callable[[], Path]] | None = None) -> HardwareDesc:
     """Check YAML text as a hardware description; ``source`` is the name used in messages, ``base_dir`` the
-    folder an ``extends`` path is relative to (default: the current folder)."""
+    folder an ``extends`` path is relative to (default: the current folder), ``local`` the names measured on this
+    machine that ``extends`` may name (``resolve``)."""
     doc = _Doc(source)
-    data = _extend(_compose(text, doc), doc, base_dir or Path.cwd(), ())
+    data = _extend(_compose(text, doc), doc, base_dir or Path.cwd(), (), local)
     if overrides:
         if not isinstance(data, dict):
             raise InputError(f"expected a mapping at the top level, got {show(data)}", source=source,

@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
+from roller.ir.identifiers import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, Stage, TensorDecl, TensorExpr
-from roller.names import check_identifier, check_name
 
 MAX_ELEMENTS = 2**31 - 1
 # Kernels walk a reduction with a 32-bit counter.

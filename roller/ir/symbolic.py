@@ -7,13 +7,16 @@ checked path every op takes, so a symbolic op means exactly what the same op wri
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from roller.errors import InputError
 from roller.ir.build import Where, short
+from roller.ir.opdoc import MAX_FILE_BYTES, parse_op, read_json
 from roller.ir.tensor_expr import TensorExpr
 
 # A size no larger than this is what a symbol ranges over unless the op says otherwise: long enough for a
@@ -67,8 +70,6 @@ class SymbolicOp:
 
     def instantiate(self, values: Mapping[str, int]) -> TensorExpr:
         """The op with every symbol replaced by its value (loaded and checked as any op is)."""
-        from roller.ir.opfile import parse_op
-
         key = self.check_values(values)
         if key not in self._cache:
             bound = dict(zip(self.symbols, key))
@@ -202,11 +203,6 @@ def _field_of(doc: dict[str, Any], name: str) -> str:
 def load_symbolic(src: Any) -> SymbolicOp | None:
     """A SymbolicOp from an op.json path or dict that names a size; None for anything else (an ordinary op, a
     TensorExpr, a file of several ops), which the ordinary loader then reads."""
-    import os
-    from pathlib import Path
-
-    from roller.ir.opfile import MAX_FILE_BYTES, read_json
-
     if isinstance(src, dict):
         return parse_symbolic(src, None)
     if not isinstance(src, (str, os.PathLike)):

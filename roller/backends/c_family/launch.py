@@ -37,7 +37,7 @@ def launch_json(prog: RProgram, plan: KernelPlan, backend: str) -> dict[str, Any
             "dtype": expr.output.dtype}],
         "rprogram": prog.line(),
         # int arguments after the buffers, with the value the grid above is for (RProgram.runtime: the symbol's
-        # value; a launch at another value takes another grid, roller.construction.runtime)
+        # value; a launch at another value takes another grid, roller.construction.symbol_args)
         "scalars": [{"name": name, "type": "int", "value": runtime_value(prog)} for name in plan.scalars],
     }
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roller.backends import Artifact, Backend, Device, Runner
+from roller.backends import Artifact, Backend
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, KernelPlan, lower
 from roller.backends.c_family.render import render
 from roller.construction.matrix import MatrixSupport
+from roller.runtime.device import Device, Runner
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc

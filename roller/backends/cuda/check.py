@@ -95,7 +95,7 @@ def build_unit(name: str, ops: list, hw: HardwareDesc) -> Unit:
 def _model_smem(prog: Any) -> int:
     """The model's shared memory of the chosen program (what ``resources`` gave construction)."""
     from roller.construction.matrix import FAMILIES, scratch_bytes
-    from roller.model.traffic import TileGeometry
+    from roller.perf.traffic import TileGeometry
 
     geo = TileGeometry(prog.expr)
     if prog.scopes[prog.block_level + 1] != "block" or not prog.expr.reduce_axes:

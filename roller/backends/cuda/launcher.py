@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Artifact, Device, Runner
+from roller.backends import Artifact
 from roller.backends.cuda import toolchain
 from roller.dtypes import dtype
 from roller.errors import CompileError, ToolchainError
+from roller.runtime.device import Device, Runner
 
 
 def _cupy() -> Any:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roller.backends import Artifact, Backend, Runner
+from roller.backends import Artifact, Backend
 from roller.backends.ipu_poplar.codegen import render_all
 from roller.backends.ipu_poplar.plan import plan
 from roller.errors import InputError, ToolchainError
+from roller.runtime.device import Runner
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc

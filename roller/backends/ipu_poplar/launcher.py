@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from roller.backends import Artifact, Runner
+from roller.backends import Artifact
 from roller.errors import CompileError, InputError, ToolchainError
+from roller.runtime.device import Runner
 from roller.settings import settings
 
 INSTALL = ("install the Poplar SDK from Graphcore's support portal and `source <sdk>/enable.sh` (it is not on "

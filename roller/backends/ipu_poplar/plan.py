@@ -24,9 +24,9 @@ from roller.construction.exchange import exchange_fed, on_device
 from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.expr import Affine
+from roller.ir.identifiers import check_identifier
 from roller.ir.tensor_expr import TensorDecl
-from roller.model.traffic import TileGeometry
-from roller.names import check_identifier
+from roller.perf.traffic import TileGeometry
 from roller.program import RProgram
 
 FORMAT = "roller-ipu-graph-plan/1"

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Artifact, Device, Runner
+from roller.backends import Artifact
 from roller.backends.c_family.launch import padded_inputs
 from roller.backends.opencl.env import apply_pocl_defaults
 from roller.dtypes import dtype
 from roller.errors import CompileError, InputError, ToolchainError
+from roller.runtime.device import Device, Runner
 from roller.settings import settings
 
 POCL_PLATFORM = "Portable Computing Language"

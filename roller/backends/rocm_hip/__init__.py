@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roller.backends import Artifact, Backend, Runner
+from roller.backends import Artifact, Backend
 from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, lower
 from roller.backends.c_family.render import render
@@ -19,8 +19,9 @@ from roller.backends.rocm_hip.hipcc import ARCH_VGPRS
 from roller.backends.rocm_hip.mfma import BUILTINS
 from roller.construction.matrix import MatrixSupport
 from roller.errors import InputError
-from roller.model.micro import register_cap as unit_register_cap
-from roller.model.traffic import TileGeometry
+from roller.perf.micro import register_cap as unit_register_cap
+from roller.perf.traffic import TileGeometry
+from roller.runtime.device import Runner
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc

@@ -39,7 +39,7 @@ class KernelCheck:
     block: int
     matrix: str | None  # the MFMA instruction, when the kernel uses one
     usage: dict[str, Any]
-    model_registers: int  # roller.model.micro's estimate for the program
+    model_registers: int  # roller.perf.micro's estimate for the program
     plan_lds_bytes: int
     mfma_count: int | None = None  # v_mfma instructions in the device assembly
     problems: list[str] = field(default_factory=list)

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roller.backends import Artifact, Runner
+from roller.backends import Artifact
 from roller.backends.rocm_hip import hipcc
 from roller.dtypes import dtype
 from roller.errors import CompileError, ToolchainError
+from roller.runtime.device import Runner
 
 if TYPE_CHECKING:
     from roller.hw import HardwareDesc

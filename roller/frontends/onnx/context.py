@@ -29,7 +29,7 @@ OPSETS = (11, onnx.defs.onnx_opset_version())
 class NeedsConstant(InputError):
     """A translation needs the value of ``name`` at import (a shape, axes, pads, a scale...), and the model
     computes it or takes it as an input. The ONNX backend, which sees the inputs' values only at run time,
-    folds such an input in and compiles again (``roller.onnx_backend``)."""
+    folds such an input in and compiles again (``roller.compiler.onnx_backend``)."""
 
     def __init__(self, message: str, name: str, *, source: str | None = None, field: str | None = None) -> None:
         super().__init__(message, source=source, field=field)

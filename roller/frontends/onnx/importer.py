@@ -56,9 +56,12 @@ def _parse(data: bytes, source: str) -> onnx.ModelProto:
     return proto
 
 
-def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """The graph of ``model``; ``shapes`` gives (or overrides) input shapes by input name."""
-    proto, source = load_model(model)
+def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = None,
+                 source: str | None = None) -> Graph:
+    """The graph of ``model``; ``shapes`` gives (or overrides) input shapes by input name; ``source`` names a
+    model given as a ModelProto in messages (the file it was read from), and gives an unnamed graph its name."""
+    proto, source = (model, source) if source is not None and isinstance(model, onnx.ModelProto) \
+        else load_model(model)
     opset = _opset(proto, source)
     try:
         onnx.checker.check_model(proto)

@@ -1,4 +1,4 @@
-"""Python API: ``roller.compile(op, hw=...)`` -> a callable ``Kernel``.
+"""One op's kernel: ``roller.compile(op, hw=...)`` -> a callable ``Kernel``.
 
 >>> import numpy as np, roller
 >>> k = roller.compile({"op": "matmul", "M": 64, "N": 32, "K": 16}, hw="v100", backend="opencl")
@@ -16,35 +16,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from roller import backends as _backends
 from roller import cache as _cache
+from roller.backends import Artifact, Backend, ordered_inputs, require_device
+from roller.compiler.target import Target
 from roller.errors import InputError
-from roller.hw import HardwareDesc, list_bundled, list_local
-from roller.hw import load as load_hw
+from roller.hw import HardwareDesc
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
 from roller.program import RProgram
-
-if TYPE_CHECKING:
-    from roller.shape_generic import GenericKernel
-
-HwLike = str | os.PathLike | HardwareDesc
-
-
-def resolve_hw(hw: HwLike | None, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
-    if hw is None:
-        local = f"; measured here: {', '.join(list_local())}" if list_local() else ""
-        raise InputError("compile needs hw=NAME|FILE|HardwareDesc (bundled: "
-                         + ", ".join(list_bundled()) + local + ")")
-    if isinstance(hw, HardwareDesc):
-        if overrides:
-            raise InputError("overrides apply to a description loaded by name or path, not to a HardwareDesc")
-        return hw
-    return load_hw(hw, overrides=overrides)
 
 
 def source_op(op: OpLike) -> TensorExpr:
@@ -53,37 +36,33 @@ def source_op(op: OpLike) -> TensorExpr:
     return expr.source or expr
 
 
-def construct(op: OpLike, hw: HwLike, top_k: int = 10, backend: str | None = None) -> list[RProgram]:
-    """The ``top_k`` rPrograms of ``op`` on ``hw``, best predicted first, for the backend that will render
-    them (default: the description's): matrix-instruction programs only where that backend renders them."""
-    from roller.construction import construct as construct_programs
-
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
-    hwd = resolve_hw(hw)
-    be = _backends.for_hw(hwd, backend)
-    return construct_programs(source_op(op), hwd, top_k=top_k, matrix=be.matrix_support)
-
-
 @dataclass
 class Kernel:
     """A constructed, rendered kernel for one op on one description; call it with numpy arrays."""
 
     op: TensorExpr  # the source op (as written)
-    hw: HardwareDesc
-    backend: Any  # roller.backends.Backend
-    programs: list  # the top-K RPrograms, best predicted first
+    target: Target
+    programs: list[RProgram]  # the top-K RPrograms, best predicted first
     chosen: int  # index of the chosen program in ``programs``
-    artifact: Any  # roller.backends.Artifact
+    artifact: Artifact
     evaluation: dict[str, Any] | None = None  # eval.json content when chosen by measurement
     cache_hit: bool = False
     cache_path: Path | None = None
     construction_s: float = 0.0
+    top_k: int = 10  # the candidates asked of construction
     _runner: Any = field(default=None, repr=False)
 
     # -- what was built ---------------------------------------------------------------------------------------
     @property
-    def program(self) -> Any:
+    def hw(self) -> HardwareDesc:
+        return self.target.hw
+
+    @property
+    def backend(self) -> Backend:
+        return self.target.backend
+
+    @property
+    def program(self) -> RProgram:
         return self.programs[self.chosen]
 
     @property
@@ -128,7 +107,7 @@ class Kernel:
     def runner(self) -> Any:
         """The compiled kernel on this machine's device (compiled on first use)."""
         if self._runner is None:
-            from roller.evaluate import require_device
+            from roller.backends import require_device
 
             require_device(self.backend, self.hw, why="running a kernel")
             self._runner = self.backend.compile(self.artifact, self.hw, None)
@@ -136,14 +115,13 @@ class Kernel:
 
     def bind(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Inputs by position (``input_names`` order) and/or by name, as contiguous arrays of the op's dtypes."""
-        from roller.numpy_reference import bind_inputs, np_dtype
+        from roller.ir.reference import bind_inputs, np_dtype
 
         bound = bind_inputs(self.op, tuple(args), dict(kwargs or {}))
         return {t.name: np.ascontiguousarray(bound[t.name], dtype=np_dtype(t.dtype)) for t in self.op.inputs}
 
     def __call__(self, *args: Any, out: np.ndarray | None = None, **kwargs: Any) -> np.ndarray:
-        from roller.evaluate import ordered_inputs
-        from roller.numpy_reference import np_dtype
+        from roller.ir.reference import np_dtype
 
         bound = self.bind(args, kwargs)
         dtype = np_dtype(self.op.output.dtype)
@@ -167,8 +145,7 @@ class Kernel:
 
     def benchmark(self, repeat: int = 10, warmup: int = 2, inputs: Mapping[str, np.ndarray] | None = None) -> float:
         """Median kernel time in seconds on this machine's device (random inputs, seed 0, unless given)."""
-        from roller.evaluate import ordered_inputs
-        from roller.numpy_reference import random_inputs
+        from roller.ir.reference import random_inputs
 
         if repeat < 1:
             raise InputError(f"repeat must be at least 1, got {repeat}")
@@ -177,41 +154,85 @@ class Kernel:
 
     def reference(self, *args: Any, **kwargs: Any) -> np.ndarray:
         """roller.reference on the same inputs (by position or name)."""
-        from roller.numpy_reference import reference
+        from roller.ir.reference import reference
 
         return reference(self.op, self.bind(args, kwargs))
 
+    # -- build folders (roller.compiler.artifact) ------------------------------------------------------------
+    def report(self, files: Sequence[str] = ()) -> dict[str, Any]:
+        """What ``report.json`` holds: the op, the description, how the kernel was chosen, every candidate."""
+        from roller import __version__
 
-def compile(op: OpLike, hw: HwLike | None = None, backend: str | None = None, top_k: int = 10,
-            evaluate: bool = False, *, overrides: Mapping[str, Any] | None = None, cache: bool = True,
-            repeat: int = 10, progress: bool | None = None) -> Kernel | GenericKernel:
-    """Construct the top-K rPrograms of ``op`` on ``hw``, render the best one (by the model, or by measurement
-    on this machine with ``evaluate=True``) with ``backend`` (default: the description's), and return it as a
-    callable Kernel. ``op``: an op.json dict, a path, or a TensorExpr (one op). An op with a symbolic size
-    (``"M": "m"``) gives a ``roller.shape_generic.GenericKernel``, callable at every size in the symbol's
-    range (with ``evaluate=True``, its kernels are chosen by timing the model's shortlist at sample sizes)."""
-    from roller.ir.symbolic import load_symbolic
+        ev = self.evaluation
+        measured = {c["rank"]: c["measured_ms"] for c in ev["candidates"]} if ev else {}
+        candidates = []
+        for i, p in enumerate(self.programs):
+            c: dict[str, Any] = {"rank": i + 1, "line": p.line(),
+                                 "predicted_ms": p.prediction.time_s * 1e3 if p.prediction else None,
+                                 "bottleneck": p.prediction.bottleneck if p.prediction else None,
+                                 "fraction_of_peak": p.prediction.fraction_of_peak if p.prediction else None,
+                                 "padding_waste": p.padding_waste}
+            if ev is not None:
+                c["measured_ms"] = measured.get(i + 1)
+            candidates.append(c)
+        report: dict[str, Any] = {
+            "op": self.op.name, "op_hash": self.op.content_hash(), "statement": self.op.statement(),
+            "hw": {"name": self.hw.name, "hash": self.hw.content_hash(), "source": self.hw.source},
+            "backend": self.backend.name, "roller_version": __version__, "top_k": self.top_k,
+            "construction_s": self.construction_s, "chosen": self.chosen,
+            "chosen_by": "measurement" if ev is not None else "model",
+            "line": self.program.line(), "main_file": self.artifact.main_file, "files": list(files),
+            "candidates": candidates,
+        }
+        if ev is not None:
+            report["device"] = ev["device"]
+            report["rank_correlation"] = ev["rank_correlation"]
+        return report
 
-    symbolic = load_symbolic(op) if isinstance(op, (dict, str, os.PathLike)) else None
-    src = source_op(op) if symbolic is None else None
-    hwd = resolve_hw(hw, overrides)
-    be = _backends.for_hw(hwd, backend)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
-    if symbolic is not None:
-        from roller.shape_generic import compile_generic
+    def write(self, folder: Path) -> dict[str, Any]:
+        """The kernel's build folder, made at ``folder`` (which must not exist); returns ``report.json``."""
+        from roller.compiler.artifact import write_json, write_kernel_files
 
-        return compile_generic(symbolic, hwd, be, top_k=top_k, evaluate=evaluate, repeat=repeat, progress=progress)
-    assert src is not None
-    return build_kernel(src, hwd, be, top_k=top_k, evaluate=evaluate, use_cache=cache, repeat=repeat,
-                        progress=progress)
+        written = write_kernel_files(folder, self.artifact, self.program.to_json())
+        if self.evaluation is not None:
+            write_json(folder / "eval.json", self.evaluation)
+            written.append("eval.json")
+        written.append("report.json")
+        report = self.report(written)
+        write_json(folder / "report.json", report)
+        return report
+
+    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
+        """``write`` staged beside ``folder`` and moved into place (an earlier build's files replaced)."""
+        from roller.compiler.artifact import staged_write
+
+        return staged_write(Path(folder), self.write)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, hw: Any = None) -> Kernel:
+        """The kernel a build folder holds (``write``), for ``hw`` (default: the description it was built for,
+        refused where that description has changed since): nothing is constructed or rendered again."""
+        from roller.compiler.artifact import damaged, read_artifact, read_json, read_program, target_of
+
+        path = Path(folder)
+        report = read_json(path / "report.json")
+        if not isinstance(report, dict) or not isinstance(report.get("hw"), dict) or \
+                not isinstance(report.get("backend"), str):
+            raise damaged(path / "report.json", "expected an object with 'hw' and 'backend'")
+        target = target_of(path, report["hw"], report["backend"], hw)
+        prog = read_program(path / "rprogram.json")
+        art = read_artifact(path, str(report.get("main_file", "")), report.get("files"))
+        evaluation = read_json(path / "eval.json") if (path / "eval.json").is_file() else None
+        top_k = report.get("top_k")
+        return cls(prog.expr.source or prog.expr, target, [prog], 0, art, evaluation=evaluation,
+                   top_k=top_k if isinstance(top_k, int) and top_k > 0 else 1)
 
 
-def build_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int = 10, evaluate: bool = False,
+def build_kernel(src: TensorExpr, target: Target, top_k: int = 10, evaluate: bool = False,
                  use_cache: bool = True, repeat: int = 10, progress: bool | None = None) -> Kernel:
-    """compile() after argument checking; shared with ``roller run``."""
-    from roller.evaluate import require_device
-
+    """``src``'s kernel for ``target``: from the kernel cache, or constructed (``target.programs``), rendered
+    and, with ``evaluate``, chosen by timing the top-K on this machine's device."""
+    hwd, be = target.hw, target.backend
     if evaluate:
         require_device(be, hwd, why="evaluate=True (timing candidates)")
     use_cache = use_cache and _cache.enabled()
@@ -221,13 +242,13 @@ def build_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int = 10, e
         key = _cache.make_key(parts)
         entry = _cache.lookup(key)
         if entry is not None:
-            kernel = _from_entry(src, hwd, be, entry)
+            kernel = _from_entry(src, target, entry, top_k)
             if kernel is not None:
                 return kernel
             _cache.last_event = "damaged: entry does not match the op"
             if entry.path is not None:
                 _cache.remove(entry.path)
-    kernel = _construct_kernel(src, hwd, be, top_k, evaluate, repeat, progress)
+    kernel = _construct_kernel(src, target, top_k, evaluate, repeat, progress)
     if use_cache and key is not None:
         art = kernel.artifact
         entry = _cache.Entry(files=dict(art.files), main_file=art.main_file, kernel_name=art.kernel_name,
@@ -237,33 +258,30 @@ def build_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int = 10, e
     return kernel
 
 
-def _construct_kernel(src: TensorExpr, hwd: HardwareDesc, be: Any, top_k: int, evaluate: bool, repeat: int,
+def _construct_kernel(src: TensorExpr, target: Target, top_k: int, evaluate: bool, repeat: int,
                       progress: bool | None) -> Kernel:
-    from roller.construction import construct as construct_programs
-
     t = time.perf_counter()
-    progs = construct_programs(src, hwd, top_k=top_k, matrix=be.matrix_support)
+    progs = target.programs(src, top_k)
     construction_s = time.perf_counter() - t
     if evaluate:
-        from roller.evaluate import evaluate as run_eval
+        from roller.compiler.tune import evaluate as run_eval
 
-        ev = run_eval(src, progs, hwd, be, repeat=repeat, progress=progress)
+        ev = run_eval(src, progs, target.hw, target.backend, repeat=repeat, progress=progress)
         chosen = ev.chosen
-        return Kernel(src, hwd, be, list(progs), ev.best, chosen.artifact, evaluation=ev.to_json(),
-                      construction_s=construction_s, _runner=chosen.runner)
-    art = be.render(progs[0], hwd)
-    return Kernel(src, hwd, be, list(progs), 0, art, construction_s=construction_s)
+        assert chosen.artifact is not None   # the chosen candidate is one that was rendered, compiled and timed
+        return Kernel(src, target, list(progs), ev.best, chosen.artifact, evaluation=ev.to_json(),
+                      construction_s=construction_s, top_k=top_k, _runner=chosen.runner)
+    art = target.backend.render(progs[0], target.hw)
+    return Kernel(src, target, list(progs), 0, art, construction_s=construction_s, top_k=top_k)
 
 
-def _from_entry(src: TensorExpr, hwd: HardwareDesc, be: Any, entry: _cache.Entry) -> Kernel | None:
-    from roller.backends import Artifact
-
+def _from_entry(src: TensorExpr, target: Target, entry: _cache.Entry, top_k: int) -> Kernel | None:
     try:
         progs = [RProgram.from_json(d, src) for d in entry.programs]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    if any(len(p.tiles) != len(hwd.memory) - 1 for p in progs):
+    if any(len(p.tiles) != len(target.hw.memory) - 1 for p in progs):
         return None
     art = Artifact(entry.kernel_name, dict(entry.files), entry.launch, main_file=entry.main_file)
-    return Kernel(src, hwd, be, progs, entry.chosen, art, evaluation=entry.evaluation, cache_hit=True,
-                  cache_path=entry.path)
+    return Kernel(src, target, progs, entry.chosen, art, evaluation=entry.evaluation, cache_hit=True,
+                  cache_path=entry.path, top_k=top_k)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from roller.hw import HardwareDesc
 from roller.ir.vector import vector_width
-from roller.model.traffic import TileGeometry
+from roller.perf.traffic import TileGeometry
 from roller.program import Prediction
 
 # A scheduler (sub-partition) hides latency by switching between resident warps; with fewer than this many

@@ -1,7 +1,7 @@
 """Models whose inputs leave sizes open (an ONNX ``dim_param`` such as ``batch`` or ``sequence``, or an unknown
 dimension): ``roller.compile_model`` returns a ``DynamicModel``, which runs at every size.
 
-With one open size and every operator shape-generic in it (``roller.generic_model``: a batch through a CNN, a
+With one open size and every operator shape-generic in it (``roller.compiler.model_family``: a batch through a CNN, a
 sequence length through a BERT layer), the model is built once and a run at a new size compiles nothing
 (``mode == "generic"``; "mixed" where some operators are built at each size's first run). Otherwise
 (``mode == "per-size"``, ``why`` says why: two open sizes, say) each distinct set of sizes is imported, fused,
@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from roller.backends import Backend
+from roller.compiler.check import compare_outputs
+from roller.compiler.target import Target
 from roller.errors import InputError
 from roller.hw import HardwareDesc
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
@@ -46,18 +49,25 @@ def open_dims(proto: Any, shapes: Mapping[str, Any] | None) -> dict[str, dict[in
 @dataclass
 class DynamicModel:
     """A model with open sizes: ``run`` / call it at any sizes within ``ranges``; ``model_at`` is the compiled
-    ``roller.models.Model`` for one set of sizes."""
+    ``roller.compiler.model.Model`` for one set of sizes."""
 
     source: Any  # onnx.ModelProto
-    hw: HardwareDesc
-    backend: Any
+    target: Target
     dims: dict[str, dict[int, str]]  # input -> {dimension: symbol}
     ranges: dict[str, tuple[int, int]]
     options: dict[str, Any] = field(default_factory=dict)  # compile_model's other options
-    generic: Any = None  # roller.generic_model.GenericModel where one build serves every size
+    generic: Any = None  # roller.compiler.model_family.GenericModel where one build serves every size
     why: str = ""  # why not, where it does not
     _models: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
     compile_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # seconds each size set took
+
+    @property
+    def hw(self) -> HardwareDesc:
+        return self.target.hw
+
+    @property
+    def backend(self) -> Backend:
+        return self.target.backend
 
     @property
     def name(self) -> str:
@@ -130,7 +140,6 @@ class DynamicModel:
 
     def model_at(self, **values: int) -> Any:
         """The compiled model at these sizes (built on first use, then kept)."""
-        from roller.models import compile_model
 
         key = tuple(int(values[s]) for s in self.symbols) if all(s in values for s in self.symbols) else None
         if key is None:
@@ -138,8 +147,8 @@ class DynamicModel:
             raise InputError(f"{self.name}: no value for size {missing[0]!r} (sizes: {', '.join(self.symbols)})")
         if key not in self._models:
             t = time.perf_counter()
-            model = compile_model(self.source, self.hw, backend=self.backend.name,
-                                  shapes=self.shapes(dict(zip(self.symbols, key))), **self.options)
+            model = static_model(self.source, self.target, self.shapes(dict(zip(self.symbols, key))),
+                                 **self.options)
             self.compile_s[key] = time.perf_counter() - t
             self._models[key] = model
         return self._models[key]
@@ -183,8 +192,6 @@ class DynamicModel:
         those sizes evaluated operator by operator); ``Model.check``'s tolerance."""
         if self.generic is None:
             return dict(self.model_at(**self.bind(inputs)).check(inputs))
-        from roller.models import compare_outputs
-
         got = self.run(inputs)
         try:
             import onnxruntime as ort
@@ -212,7 +219,20 @@ class DynamicModel:
         return float(self.model_at(**self.bind(inputs)).benchmark(repeat=repeat, warmup=warmup, inputs=inputs))
 
 
-def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[int, str]],
+def static_model(proto: Any, target: Target, shapes: Mapping[str, Any], *, top_k: int = 10,
+                 evaluate: bool = False, cache: bool = True, jobs: int | None = None, progress: bool | None = None,
+                 fuse: str = "solver") -> Any:
+    """``proto`` with its open sizes fixed by ``shapes``, imported and built (a ``roller.compiler.model.Model``,
+    checked against onnxruntime on the model with those shapes)."""
+    from roller.compiler.model import build_model, with_shapes
+    from roller.frontends.onnx import import_model
+
+    graph = import_model(proto, shapes)
+    return build_model(graph, target, method=fuse, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
+                       progress=progress, source=with_shapes(proto, shapes) if shapes else proto)
+
+
+def dynamic_model(proto: Any, target: Target, dims: dict[str, dict[int, str]],
                   ranges: Mapping[str, Any] | None, options: dict[str, Any], generic: bool = True) -> DynamicModel:
     """A DynamicModel of ``proto``, with each open size's range from ``ranges`` (default [1, DEFAULT_MAX]); with
     ``generic``, built once for every size where that serves."""
@@ -231,7 +251,7 @@ def dynamic_model(proto: Any, hwd: HardwareDesc, be: Any, dims: dict[str, dict[i
             raise InputError(f"ranges.{s}: expected (least, greatest) with 1 <= least <= greatest <= "
                              f"{MAX_SYMBOL_VALUE}, got {r!r}", field=f"ranges.{s}")
         out[s] = (int(r[0]), int(r[1]))
-    model = DynamicModel(proto, hwd, be, dims, out, options)
+    model = DynamicModel(proto, target, dims, out, options)
     if generic:
         found = _generic(model)
         if isinstance(found, str):
@@ -250,11 +270,12 @@ class _Diverged(Exception):
 
 def _generic(model: DynamicModel) -> Any:
     """The model's GenericModel, or why one build cannot serve every size."""
-    from roller.construction.layout import PackedLayout, choose_layout, packed_variants
+    from roller.compiler.model import fuse_stage
+    from roller.compiler.model_family import generic_model, graph_family
+    from roller.construction.layout import choose_layout, packed_variants
     from roller.frontends.onnx import import_model
-    from roller.generic_model import generic_model, graph_family
     from roller.graph.passes import pack_constants
-    from roller.models import fuse_model_graph, predicted_seconds
+    from roller.ir.layout import PackedLayout
 
     if len(model.symbols) != 1:
         return f"{len(model.symbols)} sizes are open; one build serves one"
@@ -270,7 +291,7 @@ def _generic(model: DynamicModel) -> Any:
     # Fusion costs its candidates at the size it fuses, and decides otherwise at another (ResNet-18's solver put
     # a residual add into the other convolution at half the batch): the second size's fusion is given the
     # greatest one's costs, candidate by candidate in the order asked, so that it makes the same decisions.
-    predict = predicted_seconds(model.hw, model.backend.matrix_support)
+    predict = model.target.predicted_seconds
     costs: list[tuple[str, float]] = []
 
     def record(expr: TensorExpr) -> float:
@@ -286,7 +307,7 @@ def _generic(model: DynamicModel) -> Any:
     layouts: list[tuple[str, tuple[int, ...], int, int] | None] = []
 
     def choose(expr: TensorExpr, constants: tuple[str, ...]) -> PackedLayout | None:
-        p = choose_layout(expr, model.hw, constants, model.backend.matrix_support)
+        p = choose_layout(expr, model.hw, constants, model.target.matrix_support, best=model.target.best)
         layouts.append(None if p is None else (p.tensor, p.perm, p.split, p.block))
         return p
 
@@ -306,7 +327,8 @@ def _generic(model: DynamicModel) -> Any:
     for v, seconds, layout in ((hi, record, choose), (other, replay, chosen)):
         try:
             g = import_model(model.source, model.shapes({sym: v}))
-            g, _ = fuse_model_graph(g, model.hw, model.backend, model.options.get("fuse", "solver"), seconds)
+            g, _ = fuse_stage(g, model.target, model.options.get("fuse", "solver"), seconds)
+            g = g.copy()
             pack_constants(g, layout)
         except InputError as err:
             return f"at {sym}={v}: {err}"
@@ -316,4 +338,4 @@ def _generic(model: DynamicModel) -> Any:
     family = graph_family(graphs[0], graphs[1], sym, lo, hi, other)
     if isinstance(family, str):
         return family
-    return generic_model(family, model.hw, model.backend, evaluate=bool(model.options.get("evaluate", False)))
+    return generic_model(family, model.target, evaluate=bool(model.options.get("evaluate", False)))

@@ -14,10 +14,13 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from roller.backends import Backend
+from roller.compiler.target import Target
 from roller.construction.generic import KernelSet, construct_generic
 from roller.errors import InputError
 from roller.hw import HardwareDesc
@@ -32,15 +35,24 @@ class GenericKernel:
     (``mode == "per-size"``, ``why`` says why); call it with numpy arrays of any size in range."""
 
     op: SymbolicOp
-    hw: HardwareDesc
-    backend: Any  # roller.backends.Backend
+    target: Target
     kernels: KernelSet | None
     why: str = ""
     artifacts: list[Any] = field(default_factory=list)  # one per kept program (generic mode)
     construction_s: float = 0.0
     top_k: int = 10
+    # candidates that timing could not render, compile or run, and why (None: not chosen by timing)
+    not_timed: list[str] | None = None
     _runners: dict[int, Any] = field(default_factory=dict, repr=False)
     _per_size: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def hw(self) -> HardwareDesc:
+        return self.target.hw
+
+    @property
+    def backend(self) -> Backend:
+        return self.target.backend
 
     @property
     def mode(self) -> str:
@@ -108,7 +120,7 @@ class GenericKernel:
     def runner(self, index: int) -> Any:
         """Kept program ``index`` compiled on this machine's device (on first use)."""
         if index not in self._runners:
-            from roller.evaluate import require_device
+            from roller.backends import require_device
 
             require_device(self.backend, self.hw, why="running a kernel")
             self._runners[index] = self.backend.compile(self.artifacts[index], self.hw, None)
@@ -117,7 +129,7 @@ class GenericKernel:
     def warm(self) -> None:
         """Compile every kept kernel and launch each once, so that no call, at any size, waits for a compiler
         (PoCL finishes compiling a kernel at its first launch, for the work-group size it is launched with)."""
-        from roller.numpy_reference import np_dtype
+        from roller.ir.reference import np_dtype
 
         assert self.kernels is not None
         sym = self.kernels.axis.symbol
@@ -131,8 +143,8 @@ class GenericKernel:
     def check(self) -> None:
         """Run each kept kernel at the least sample size it is chosen for (else the least size) on random inputs
         and check it against roller.reference (CheckError if it is off)."""
-        from roller.evaluate import check_against
-        from roller.numpy_reference import random_inputs
+        from roller.compiler.check import check_against
+        from roller.ir.reference import random_inputs
 
         assert self.kernels is not None
         ks = self.kernels
@@ -147,11 +159,11 @@ class GenericKernel:
 
     def specialised(self, values: Mapping[str, int]) -> Any:
         """The ordinary kernel built for exactly these values (per-size mode; cached on disk like any op)."""
-        from roller.api import build_kernel
+        from roller.compiler.kernel import build_kernel
 
         key = self.op.check_values(values)
         if key not in self._per_size:
-            self._per_size[key] = build_kernel(self.op.instantiate(values), self.hw, self.backend, top_k=self.top_k)
+            self._per_size[key] = build_kernel(self.op.instantiate(values), self.target, top_k=self.top_k)
         return self._per_size[key]
 
     def prepare(self, values: Mapping[str, int], bound: Mapping[str, np.ndarray], index: int | None = None
@@ -160,8 +172,8 @@ class GenericKernel:
         picks (or ``index``): the inputs that grow with the symbol are given the rows the launched blocks read,
         zeros past the call's own (kernels that take the size as an argument: every tensor in its layout at the
         greatest size)."""
-        from roller.evaluate import ordered_inputs
-        from roller.numpy_reference import np_dtype
+        from roller.backends import ordered_inputs
+        from roller.ir.reference import np_dtype
         from roller.program import pad_input
 
         assert self.kernels is not None
@@ -193,8 +205,8 @@ class GenericKernel:
 
     def _prepare_runtime(self, i: int, v: int, expr: TensorExpr, bound: Mapping[str, np.ndarray]
                          ) -> tuple[Any, list[np.ndarray], tuple[int, ...]]:
-        from roller.evaluate import ordered_inputs
-        from roller.numpy_reference import np_dtype
+        from roller.backends import ordered_inputs
+        from roller.ir.reference import np_dtype
 
         assert self.kernels is not None
         ks = self.kernels
@@ -232,7 +244,7 @@ class GenericKernel:
 
     def benchmark(self, values: Mapping[str, int], repeat: int = 10, warmup: int = 2) -> float:
         """Median kernel time in seconds at these symbol values on this machine's device (random inputs)."""
-        from roller.numpy_reference import random_inputs
+        from roller.ir.reference import random_inputs
 
         expr = self.op.instantiate(values)
         bound = random_inputs(expr, seed=0)
@@ -243,10 +255,132 @@ class GenericKernel:
 
     def reference(self, *args: Any, **kwargs: Any) -> np.ndarray:
         """roller.reference on the same inputs, at the size they have."""
-        from roller.numpy_reference import reference
+        from roller.ir.reference import reference
 
         values, bound = self.bind(args, kwargs)
         return reference(self.op.instantiate(values), bound)
+
+
+    # -- build folders (roller.compiler.artifact) ------------------------------------------------------------
+    def dispatch(self) -> dict[str, Any]:
+        """What ``dispatch.json`` holds: the op with its symbols, which kernel each size takes and how a
+        launcher runs it at a size (blocks and the rows each growing tensor's buffer holds; or, for kernels that
+        take the size as an argument, the grid per axis and the layout every tensor keeps)."""
+        from roller import __version__
+        from roller.construction.symbol_args import RuntimeAxes, reduced
+
+        ks = self.kernels
+        if ks is None:
+            raise InputError(f"{self.name}: one kernel cannot serve every size here ({self.why}); build it at a "
+                             "size (write the number in place of the symbol)", source=self.op.source)
+        op = self.op
+        if isinstance(ks.axis, RuntimeAxes):
+            launch = {
+                "launch": "each kernel takes v as its int argument after the buffers; blocks(v) = the product "
+                          "over 'axes' of ceil(extent / block), where an axis marked runtime has extent v; every "
+                          "tensor is held in its layout at the greatest size (each 'growing' dimension is "
+                          "'greatest' long, its first v entries the data: zeros past them in inputs, the output's "
+                          "discarded)",
+                "growing": {t: {"dims": list(dims)} for t, dims in ks.axis.written}, "greatest": ks.greatest}
+        else:
+            launch = {
+                # Tensors as written: the dimension that grows and how many of its rows one unit of the symbol is.
+                "growing": {t: {"dim": d, "per_value": f} for t, dims in op.growth().items()
+                            for d, (s, f) in dims.items() if s == ks.axis.symbol and t in ks.axis.tensors},
+                "launch": "blocks(v) = ceil(v * per_value / block_rows) * other_blocks; a growing tensor's buffer "
+                          "holds rows(v) = min(ceil(ceil(v * per_value / block_rows) * block_rows / per_value), "
+                          "greatest) rows of the symbol (zeros past v in inputs; the output's rows past v are "
+                          "discarded)",
+                "per_value": ks.axis.per_value, "greatest": ks.greatest}
+        doc: dict[str, Any] = {
+            "op": op.name, "symbols": {s: list(r) for s, r in op.ranges.items()}, "symbol": ks.axis.symbol,
+            "hw": {"name": self.hw.name, "hash": self.hw.content_hash()}, "backend": self.backend.name,
+            "roller_version": __version__, "construction_s": self.construction_s, "candidates": ks.candidates,
+            "chosen_by": "measured" if ks.measured is not None else "model", **launch,
+            "kernels": [], "dispatch": ks.intervals(), "samples": ks.table(),
+        }
+        if self.not_timed is not None:
+            doc["not_timed"] = list(self.not_timed)  # candidates that did not render, compile or run, and why
+        for i, prog in enumerate(ks.programs):
+            entry: dict[str, Any] = {"folder": f"k{i}", "main_file": self.artifacts[i].main_file,
+                                     "line": prog.line()}
+            if isinstance(ks.axis, RuntimeAxes):
+                walked = reduced(prog.expr)
+                entry["axes"] = [{"name": a.name, "extent": a.extent, "block": b,
+                                  "runtime": a.name in ks.axis.axes}
+                                 for a, b in zip(prog.expr.axes, prog.block_tile.shape) if a.name not in walked]
+            else:
+                lead = -(-prog.expr.axes[0].extent // prog.block_tile.shape[0])
+                entry.update(block_rows=prog.block_tile.shape[0], other_blocks=prog.grid // lead)
+            doc["kernels"].append(entry)
+        # The op as written, with its symbols, and the description's file: what load needs besides the kernels.
+        doc["op_doc"] = op.doc
+        doc["hw"]["source"] = self.hw.source
+        return doc
+
+    def write(self, folder: Path) -> dict[str, Any]:
+        """The kernel set's build folder at ``folder`` (which must not exist): ``k0/``, ``k1/``... and
+        ``dispatch.json``; returns the dispatch document."""
+        from roller.compiler.artifact import write_json, write_kernel_files
+
+        doc = self.dispatch()
+        assert self.kernels is not None
+        for i, prog in enumerate(self.kernels.programs):
+            write_kernel_files(folder / f"k{i}", self.artifacts[i], prog.to_json())
+        write_json(folder / "dispatch.json", doc)
+        return doc
+
+    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
+        """``write`` staged beside ``folder`` and moved into place (an earlier build's files replaced)."""
+        from roller.compiler.artifact import staged_write
+
+        return staged_write(Path(folder), self.write)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, hw: Any = None) -> GenericKernel:
+        """The kernel set a build folder holds (``write``), choosing each size's kernel by the folder's dispatch
+        table: nothing is constructed, timed or rendered again."""
+        from roller.compiler.artifact import damaged, read_artifact, read_json, read_program, target_of
+        from roller.construction.generic import KernelSet, set_axis
+        from roller.ir.symbolic import parse_symbolic
+
+        path = Path(folder)
+        doc = read_json(path / "dispatch.json")
+        if not isinstance(doc, dict) or not isinstance(doc.get("op_doc"), dict) or \
+                not isinstance(doc.get("hw"), dict) or not isinstance(doc.get("kernels"), list):
+            raise damaged(path / "dispatch.json", "expected an object with 'op_doc', 'hw' and 'kernels' (a "
+                                                  "folder of an older roller build has no 'op_doc': build it again)")
+        target = target_of(path, doc["hw"], str(doc.get("backend")), hw)
+        op = parse_symbolic(doc["op_doc"], str(path / "dispatch.json"))
+        if op is None:
+            raise damaged(path / "dispatch.json", "'op_doc' names no symbolic size")
+        axis, _ = set_axis(op, target.hw)
+        if isinstance(axis, str):
+            raise damaged(path / "dispatch.json", f"its op has no kernel set on {target.hw.name} ({axis})")
+        try:
+            intervals = tuple((int(d["from"]), int(d["to"]), int(d["kernel"])) for d in doc["dispatch"])
+            samples = tuple(int(r["size"]) for r in doc["samples"])
+            entries = [(str(k["folder"]), str(k["main_file"])) for k in doc["kernels"]]
+        except (KeyError, TypeError, ValueError) as err:
+            raise damaged(path / "dispatch.json", f"{err.__class__.__name__}: {err}") from None
+        lo, hi = op.ranges[axis.symbol]
+        covered = [v for a, b, _ in intervals for v in (a, b)]
+        if not intervals or covered[0] != lo or covered[-1] != hi or \
+                any(b + 1 != c for b, c in zip(covered[1::2], covered[2::2])) or \
+                any(not 0 <= k < len(entries) for _, _, k in intervals):
+            raise damaged(path / "dispatch.json", f"'dispatch' does not cover {axis.symbol} in [{lo}, {hi}] with "
+                                                  "its kernels")
+        greatest = op.instantiate({s: r[1] for s, r in op.ranges.items()})
+        programs, artifacts = [], []
+        for sub, main_file in entries:
+            if "/" in sub or sub.startswith("."):
+                raise damaged(path / "dispatch.json", f"a kernel folder named {sub!r}")
+            prog = read_program(path / sub / "rprogram.json", greatest)
+            programs.append(prog)
+            artifacts.append(read_artifact(path / sub, main_file))
+        ks = KernelSet(op, target.hw, axis, programs, samples, [], int(doc.get("candidates", len(programs))),
+                       dispatch=intervals)
+        return cls(op, target, ks, artifacts=artifacts)
 
 
 def _grown_shape(shape: tuple[int, ...], dim: int, per: int, rows: int) -> tuple[int, ...]:
@@ -274,24 +408,26 @@ def _embedded(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def kernel_set(op: SymbolicOp, hwd: HardwareDesc, be: Any, timer: DeviceTimer | None = None) -> KernelSet | str:
-    """``op``'s shape-generic kernel set for ``be``, or why it has none (the backend cannot launch a prefix of a
-    grid, or the symbol does not lead the op); with ``timer``, chosen by timing candidates on this machine."""
-    if not be.sub_grid:
-        return f"the {be.name} backend launches every kernel on the grid it was built for"
-    return construct_generic(op, hwd, matrix=be.matrix_support, timer=timer)
+def kernel_set(op: SymbolicOp, target: Target, timer: DeviceTimer | None = None) -> KernelSet | str:
+    """``op``'s shape-generic kernel set for the target, or why it has none (the backend cannot launch a prefix
+    of a grid, or the symbol does not lead the op); with ``timer``, chosen by timing candidates on this
+    machine."""
+    if not target.backend.sub_grid:
+        return f"the {target.backend.name} backend launches every kernel on the grid it was built for"
+    return construct_generic(op, target.hw, matrix=target.matrix_support, timer=timer)
 
 
 class DeviceTimer:
     """Times a kernel set's candidates at sample sizes on this machine's device (``construct_generic``'s timer)
     and keeps what it compiled, so that the kept kernels are not compiled twice."""
 
-    def __init__(self, op: SymbolicOp, hwd: HardwareDesc, be: Any, repeat: int = 10, warmup: int = 2,
+    def __init__(self, op: SymbolicOp, target: Target, repeat: int = 10, warmup: int = 2,
                  progress: bool | None = None) -> None:
-        from roller.evaluate import require_device
+        from roller.backends import require_device
 
-        require_device(be, hwd, why="evaluate=True (timing candidates)")
-        self.op, self.hw, self.backend = op, hwd, be
+        require_device(target.backend, target.hw, why="evaluate=True (timing candidates)")
+        self.op, self.target = op, target
+        self.hw, self.backend = target.hw, target.backend
         self.repeat, self.warmup, self.progress = repeat, warmup, progress
         self.compiled: dict[tuple, tuple[Any, Any]] = {}  # DeviceTimer.key(program) -> (artifact, runner)
         self.failed: list[str] = []  # candidates that did not render, compile or run, and why (dispatch.json)
@@ -304,9 +440,10 @@ class DeviceTimer:
     def __call__(self, trial: KernelSet, asked: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
         from concurrent.futures import ThreadPoolExecutor
 
+        from roller.compiler.tune import _short
         from roller.errors import CompileError, RollerError
-        from roller.evaluate import Progress, _short
-        from roller.numpy_reference import random_inputs
+        from roller.ir.reference import random_inputs
+        from roller.progress import Progress
 
         arts: dict[int, Any] = {}
         for k in sorted({k for k, _ in asked}):
@@ -326,7 +463,7 @@ class DeviceTimer:
                     return k, None
             return k, self.compiled[key][1]
 
-        probe = GenericKernel(self.op, self.hw, self.backend, trial, artifacts=[arts.get(k) for k in
+        probe = GenericKernel(self.op, self.target, trial, artifacts=[arts.get(k) for k in
                                                                                  range(len(trial.programs))])
         try:
             with ThreadPoolExecutor(max_workers=max(1, min(len(arts), os.cpu_count() or 1))) as pool:
@@ -365,21 +502,25 @@ def built_kernels(programs: Sequence[RProgram], be: Any, hwd: HardwareDesc, comp
     return arts, {i: compiled[k][1] for i, k in enumerate(keys) if k in compiled}
 
 
-def compile_generic(op: SymbolicOp, hwd: HardwareDesc, be: Any, top_k: int = 10, evaluate: bool = False,
-                    repeat: int = 10, progress: bool | None = None) -> GenericKernel:
+def compile_generic(op: SymbolicOp, target: Target, top_k: int = 10, evaluate: bool = False,
+                    repeat: int = 10, progress: bool | None = None, ready: bool = True) -> GenericKernel:
     """Build ``op``'s shape-generic kernel set and render each kept program, or settle for per-size kernels.
     With ``evaluate``, the set is chosen by timing candidates on this machine (``DeviceTimer``) and each kept
-    kernel is checked against roller.reference at a size it serves."""
+    kernel is checked against roller.reference at a size it serves. With ``ready`` (not for a build that only
+    writes the kernels out), each kept kernel is compiled and launched once where the device is here."""
     t = time.perf_counter()
-    timer = DeviceTimer(op, hwd, be, repeat=repeat, progress=progress) if evaluate else None
-    ks = kernel_set(op, hwd, be, timer)
+    timer = DeviceTimer(op, target, repeat=repeat, progress=progress) if evaluate else None
+    ks = kernel_set(op, target, timer)
+    be = target.backend
     if isinstance(ks, str):
-        return GenericKernel(op, hwd, be, None, why=ks, construction_s=time.perf_counter() - t, top_k=top_k)
-    arts, runners = built_kernels(ks.programs, be, hwd, timer.compiled if timer is not None else {})
-    kernel = GenericKernel(op, hwd, be, ks, artifacts=arts, construction_s=time.perf_counter() - t, top_k=top_k)
+        return GenericKernel(op, target, None, why=ks, construction_s=time.perf_counter() - t, top_k=top_k)
+    arts, runners = built_kernels(ks.programs, be, target.hw, timer.compiled if timer is not None else {})
+    kernel = GenericKernel(op, target, ks, artifacts=arts, construction_s=time.perf_counter() - t, top_k=top_k)
     kernel._runners.update(runners)
-    if be.can_run_here():
-        kernel.warm()
     if timer is not None:
+        kernel.not_timed = list(timer.failed)
+    if ready and be.can_run_here():
+        kernel.warm()
+    if ready and timer is not None:
         kernel.check()
     return kernel

@@ -1,12 +1,12 @@
 """Roller as an ONNX backend (``onnx.backend.base.Backend``), the ecosystem's standard way to plug a runtime in.
 
->>> import roller.onnx_backend as backend
+>>> import roller.compiler.onnx_backend as backend
 >>> rep = backend.prepare(model, device="CPU", hw="pocl-cpu")      # doctest: +SKIP
 >>> outputs = rep.run([x])                                         # doctest: +SKIP
 
 ``prepare`` compiles the model (``roller.compile_model``) and returns a ``RollerRep`` whose ``run`` takes the
 inputs as a list (in the model's input order) or a dict and returns the outputs in order; ``rep.model`` is the
-compiled ``roller.models.Model``. ``run_model`` and ``run_node`` prepare and run at once. Devices: ``CPU``
+compiled ``roller.compiler.model.Model``. ``run_model`` and ``run_node`` prepare and run at once. Devices: ``CPU``
 runs on this machine's OpenCL device (PoCL here) with any description's kernels; ``CUDA`` needs an NVIDIA GPU.
 
 Roller compiles for static shapes, and its kernels read float tensors only. A model that leaves input sizes
@@ -56,19 +56,20 @@ def compile_checked(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] 
     """``roller.compile_model`` of ``proto``, refused (InputError) when a tensor has an element type the
     rendering backend does not declare: kernels of another type would be built from a plan that reads them
     wrongly (the OpenCL backend declares float32 and float16)."""
-    from roller import backends
-    from roller.api import resolve_hw
+    from roller.compiler import compile_model
+    from roller.compiler.target import Target
     from roller.frontends.onnx import import_model
-    from roller.models import compile_model
 
     graph = import_model(proto, shapes)
-    be = backends.for_hw(resolve_hw(options.get("hw")), options.get("backend"))
+    rest = {k: v for k, v in options.items() if k not in ("hw", "backend")}
+    target = Target.resolve(options.get("hw"), options.get("backend"))
+    be = target.backend
     odd = sorted({v.dtype for v in graph.values.values()} - set(be.dtypes))
     if odd:
         first = next(v for v in graph.values.values() if v.dtype in odd)
         raise InputError(f"the model computes {', '.join(odd)} tensors (e.g. {first.name!r}); the {be.name} backend "
                          f"renders {', '.join(be.dtypes)} only", source=graph.name)
-    model = compile_model(graph, **options)
+    model = compile_model(graph, target, **rest)
     model.source = None if shapes else proto   # onnxruntime checks the model as given
     return model
 
@@ -87,7 +88,7 @@ class RollerRep(BackendRep):
         ``options`` (``compile_checked``'s keywords)."""
         self._proto = proto
         self._deferred = model is None
-        self.model = model  # the roller.models.Model of the latest run (None until one is compiled)
+        self.model = model  # the roller.compiler.model.Model of the latest run (None until one is compiled)
         self._options = dict(options or {})
         self._compiled: dict[bytes, Any] = {}
         self.input_names = [i.name for i in _graph_inputs(proto)] if model is None else list(model.input_names)

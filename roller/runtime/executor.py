@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Device, Runner
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.graph.ir import Graph
 from roller.graph.memory import CopyStep, InputPad, KernelStep, Plan
+from roller.runtime.device import Device, Runner
 
 
 class Executor:

@@ -13,7 +13,7 @@ larger capacity (device memory grows by powers of two; nothing is compiled for t
 
 A value the symbol does not lead (attention's scores: the key length is their inner dimension) is held in
 its layout at the greatest size, where every operator that touches it has a kernel set that takes the size as
-an argument (``roller.construction.runtime``); otherwise those operators are built for each size and hold it
+an argument (``roller.construction.symbol_args``); otherwise those operators are built for each size and hold it
 as it is at that size.
 """
 from __future__ import annotations
@@ -26,17 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Device, Runner
+from roller.backends import Backend
+from roller.compiler.target import Target
 from roller.construction.generic import KernelSet, construct_generic
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.graph import Graph, InputPad, OpNode, plan
-from roller.graph.executor import Executor
 from roller.graph.ir import CopyNode, Piece, ViewNode
 from roller.graph.passes import kernel_key
 from roller.hw import HardwareDesc
 from roller.ir.symbolic import SymbolicOp
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
+from roller.runtime.device import Device, Runner
+from roller.runtime.executor import Executor
 
 
 def _factor(a: int, b: int, hi: int, other: int) -> int | None:
@@ -221,8 +223,7 @@ class GenericModel:
     """A model with one open size, its operators kernel sets or built per size (see the module docstring)."""
 
     family: GraphFamily
-    hw: HardwareDesc
-    backend: Any
+    target: Target
     sets: dict[str, KernelSet]  # the value an op node writes -> its kernel set (one operator: one set)
     artifacts: dict[int, list[Any]]  # id(kernel set) -> rendered kernels
     device: Device
@@ -238,6 +239,14 @@ class GenericModel:
     _launches: dict[tuple[int, int], dict[str, Runner]] = field(default_factory=dict, repr=False)
 
     @property
+    def hw(self) -> HardwareDesc:
+        return self.target.hw
+
+    @property
+    def backend(self) -> Backend:
+        return self.target.backend
+
+    @property
     def kernels_compiled(self) -> int:
         """Kernels compiled so far: the kernel sets' (at build) and the per-size operators'."""
         return len(self._runners) + len(self._exact_runners)
@@ -248,13 +257,13 @@ class GenericModel:
 
     def exact_runner(self, output: str, v: int) -> Runner:
         """The kernel of a per-size operator at size ``v`` (built and compiled at its first use)."""
-        from roller.api import build_kernel
+        from roller.compiler.kernel import build_kernel
 
         op = self.exact[output][0]
         expr = op.instantiate({self.family.symbol: v})
         key = (expr.content_hash(), v)
         if key not in self._exact_runners:
-            self._exact_runners[key] = build_kernel(expr, self.hw, self.backend).runner
+            self._exact_runners[key] = build_kernel(expr, self.target).runner
         return self._exact_runners[key]
 
     def runner(self, ks: KernelSet, i: int) -> Runner:
@@ -400,15 +409,15 @@ def _same_offsets(family: GraphFamily, a: str, b: str, v: int) -> bool:
     return bool(np.array_equal(offsets(a), offsets(b)))
 
 
-def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate: bool = False
-                  ) -> GenericModel | str:
+def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -> GenericModel | str:
     """Kernel sets for the operators of ``family`` that have one (compiled and launched once each, so that no
     run compiles them), the others built for each size at its first run; or why the model cannot run so.
     With ``evaluate``, each set is chosen by timing its operator's shortlist on this machine (DeviceTimer)."""
+    from roller.compiler.kernel_set import DeviceTimer, GenericKernel, built_kernels
     from roller.construction import prepared
-    from roller.shape_generic import DeviceTimer, GenericKernel, built_kernels
 
     t = time.perf_counter()
+    hw, backend = target.hw, target.backend
     if not backend.sub_grid:
         return f"the {backend.name} backend launches every kernel on the grid it was built for"
     g = family.top
@@ -434,8 +443,8 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate:
         if op is None:
             return f"operator {node.name} does not depend on the size (a kernel built for one size serves)"
         if key not in by_key:
-            timer = DeviceTimer(op, hw, backend, progress=False) if evaluate else None
-            found = construct_generic(op, hw, matrix=backend.matrix_support, timer=timer)
+            timer = DeviceTimer(op, target, progress=False) if evaluate else None
+            found = construct_generic(op, hw, matrix=target.matrix_support, timer=timer)
             if timer is not None:
                 compiled.update(timer.compiled)
             if isinstance(found, str):
@@ -464,10 +473,10 @@ def generic_model(family: GraphFamily, hw: HardwareDesc, backend: Any, evaluate:
     kept = {id(ks): ks for ks in sets.values()}
     built = {i: built_kernels(ks.programs, backend, hw, compiled) for i, ks in kept.items()}
     artifacts = {i: arts for i, (arts, _) in built.items()}
-    model = GenericModel(family, hw, backend, sets, artifacts, backend.device(), exact=exact,
+    model = GenericModel(family, target, sets, artifacts, backend.device(), exact=exact,
                          greatest_layout=layout)
     for i, ks in kept.items():
-        warm = GenericKernel(ks.op, hw, backend, ks, artifacts=artifacts[i])
+        warm = GenericKernel(ks.op, target, ks, artifacts=artifacts[i])
         warm._runners.update(built[i][1])
         warm.warm()
         for j, r in warm._runners.items():

@@ -1,0 +1,171 @@
+"""Output checks: a kernel's output against roller.reference within each element's error bound
+(``check_against``), fixed tolerances (``check_output``, ``compare``), a model's outputs against onnxruntime or
+the graph reference (``compare_outputs``), and throughput (GFLOP/s for ops with a reduction, GB/s otherwise)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from roller.errors import CheckError
+
+if TYPE_CHECKING:
+    from roller.ir.reference import Bound
+    from roller.ir.tensor_expr import TensorExpr
+
+#: a model's output may differ from the reference by this much of the element's magnitude, plus MODEL_ATOL of
+#: the output's largest magnitude: float32 rounding summed over tens of layers (ResNet-50's logits and BERT's
+#: layer output differ from onnxruntime by 1e-6 to 1e-5 of their scale), far below an indexing bug's error
+MODEL_RTOL = 1e-3
+MODEL_ATOL = 1e-4
+
+
+#: (rtol, atol) per output dtype for fixed-tolerance comparisons (``check_output`` without a bound, ``compare``);
+#: kernels are checked with ``check_against``, whose bound follows the reduction's length and magnitudes
+TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)}
+
+
+def tolerances(dtype: str) -> tuple[float, float]:
+    return TOLERANCES.get(dtype, TOLERANCES["float32"])
+
+
+def compare(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[bool, float, float, tuple]:
+    """(ok, max abs error, max rel error, index of the worst element) of ``out`` against ``ref``."""
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        if out.size != ref.size:
+            return False, math.inf, math.inf, ()
+        out = out.reshape(ref.shape)
+    same = (out == ref) | (np.isnan(out) & np.isnan(ref))  # equal infinities and NaN where expected
+    diff = np.where(same, 0.0, np.abs(out - ref))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    bad = diff > atol + rtol * np.abs(np.where(np.isfinite(ref), ref, 0.0))
+    if diff.size == 0:
+        return True, 0.0, 0.0, ()
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    max_abs = float(diff[worst])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(same, 0.0, diff / np.abs(ref))
+    rel = np.where(np.isnan(rel), np.inf, rel)
+    max_rel = float(rel.max())
+    return not bool(bad.any()), max_abs, max_rel, tuple(int(i) for i in worst)
+
+
+def check_output(what: str, out: np.ndarray, ref: np.ndarray, dtype: str = "float32",
+                 rtol: float | None = None, atol: float | None = None, *, bound: Bound | None = None
+                 ) -> tuple[float, float]:
+    """Raise CheckError (exit 4) when ``out`` disagrees with ``ref``; returns (max abs, max rel) error.
+
+    With ``bound`` (``roller.ir.reference.bound``: what ``check_against`` passes) each element is held to its
+    own a-priori error bound, which grows with the reduction's length and the magnitudes summed; without, to the
+    fixed ``rtol``/``atol`` (default: ``tolerances(dtype)``)."""
+    if tuple(np.shape(out)) != tuple(np.shape(ref)) and np.size(out) != np.size(ref):
+        raise CheckError(f"{what}: output has shape {list(np.shape(out))}, roller.reference gives "
+                         f"{list(np.shape(ref))}")
+    if bound is None:
+        dr, da = tolerances(dtype)
+        rtol = dr if rtol is None else rtol
+        atol = da if atol is None else atol
+        with np.errstate(all="ignore"):
+            ok, max_abs, max_rel, worst = compare(out, ref, rtol, atol)
+        if not ok:
+            n_bad = _count_bad(out, ref, rtol, atol)
+            got = float(np.asarray(out, dtype=np.float64).reshape(np.shape(ref))[worst])
+            want = float(np.asarray(ref, dtype=np.float64)[worst])
+            raise CheckError(f"{what}: output differs from roller.reference in {n_bad} of {np.size(ref)} elements: "
+                             f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g} (at {list(worst)}: got "
+                             f"{got:.9g}, expected {want:.9g}; rtol {rtol:g}, atol {atol:g})")
+        return max_abs, max_rel
+    return _check_bound(what, out, bound, dtype)
+
+
+def check_against(what: str, op: TensorExpr, inputs: Mapping[str, np.ndarray], out: np.ndarray
+                  ) -> tuple[float, float]:
+    """The check of ``roller run --check``, ``evaluate=True`` and the tests: ``out`` (a kernel's output for
+    ``inputs``) against roller.reference, each element within its error bound; CheckError otherwise."""
+    from roller.ir.reference import bound as error_bound
+
+    src = op.source or op
+    b = error_bound(src, inputs)
+    return check_output(what, out, b.ref, src.output.dtype, bound=b)
+
+
+def _check_bound(what: str, out: np.ndarray, b: Bound, dtype: str) -> tuple[float, float]:
+    from roller.ir.reference import np_dtype
+
+    ref = b.ref
+    o = np.asarray(out, dtype=np.float64).reshape(ref.shape)
+    with np.errstate(all="ignore"):
+        # Where the float64 reference exceeds the output dtype, or the terms' magnitudes the float32
+        # accumulator, a correct kernel may overflow (to inf, or to NaN through inf - inf) where the reference
+        # does not: an infinity or a NaN is then no error.
+        top = float(np.finfo(np_dtype(dtype)).max)
+        overflow = ((np.abs(ref) > top) | (b.magnitude > float(np.finfo(np.float32).max))) & ~np.isfinite(o)
+        finite = np.isfinite(ref)
+        same = (o == ref) | (np.isnan(o) & np.isnan(ref))
+        diff = np.abs(o - ref)
+        good = same | overflow | (finite & (diff <= b.bound))
+        bad = ~good
+        if bad.any():
+            ratio = np.where(bad, np.where(np.isnan(diff), np.inf, diff) / np.maximum(b.bound, 1e-300), -1.0)
+            at = np.unravel_index(int(np.argmax(ratio)), ref.shape)
+            got, want, d, lim = float(o[at]), float(ref[at]), float(diff[at]), float(b.bound[at])
+            if not finite[at] or np.isnan(got):
+                why = "where the reference has " + (f"{want}" if not finite[at] else "a number")
+            else:
+                terms = (f"sum of {b.points} terms, sum |term| = {float(b.magnitude[at]):.4g}"
+                         if b.reduce_op == "sum" and b.points > 1 else
+                         f"{b.reduce_op} over {b.points} terms" if b.reduce_op else "no reduction")
+                why = f"|difference| {d:.3g} > bound {lim:.3g} ({terms})"
+            where = f"at {[int(i) for i in at]}" if at else "at the scalar output"
+            raise CheckError(f"{what}: output differs from roller.reference beyond the error bound in "
+                             f"{int(np.count_nonzero(bad))} of {ref.size} elements; worst {where}: got {got:.9g}, "
+                             f"expected {want:.9g}, {why}")
+        close = finite & ~same & ~overflow
+        max_abs = float(diff[close].max()) if close.any() else 0.0
+        rel = diff / np.abs(ref)
+        max_rel = float(rel[close].max()) if close.any() else 0.0
+    return max_abs, max_rel
+
+
+def _count_bad(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> int:
+    o = np.asarray(out, dtype=np.float64).reshape(np.shape(ref))
+    r = np.asarray(ref, dtype=np.float64)
+    same = (o == r) | (np.isnan(o) & np.isnan(r))
+    with np.errstate(invalid="ignore"):
+        close = np.abs(o - r) <= atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))
+    return int(np.count_nonzero(~(same | close)))
+
+
+def throughput(expr: TensorExpr, seconds: float) -> tuple[float, str]:
+    """(value, unit): GFLOP/s for ops with a reduction, GB/s of compulsory traffic for the others."""
+    src = expr.source or expr
+    if seconds <= 0:
+        return math.inf, "GFLOP/s" if src.is_reduction else "GB/s"
+    if src.is_reduction:
+        return src.flops / seconds / 1e9, "GFLOP/s"
+    return src.bytes / seconds / 1e9, "GB/s"
+
+
+def compare_outputs(what: str, names: Sequence[str], got: Mapping[str, Any], ref: Mapping[str, Any],
+                    by: str) -> dict[str, Any]:
+    """Each output against its reference within MODEL_RTOL of the element plus MODEL_ATOL of the output's largest
+    magnitude; CheckError naming the output and the worst element otherwise."""
+    worst: dict[str, float] = {}
+    for name in names:
+        y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        bound = MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30
+        diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        bad = diff > bound
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(diff / bound)), diff.shape)
+            raise CheckError(f"{what}: output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; "
+                             f"worst at {list(map(int, i))}: got {y[i]:.9g}, expected {r[i]:.9g} (difference "
+                             f"{diff[i]:.3g}, bound {bound[i]:.3g})")
+        worst[name] = float(diff.max()) if diff.size else 0.0
+    return {"ok": True, "reference": by, "max_abs_error": worst}

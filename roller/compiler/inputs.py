@@ -1,0 +1,109 @@
+"""What the user gave, read once and named by its kind: ``load_input(x)`` is an ``OpInput`` (ops at fixed
+sizes), a ``SymbolicInput`` (one op with symbolic sizes), a ``ModelInput`` (an ONNX model or a graph) or a
+``BuiltInput`` (a folder ``roller build`` wrote). ``roller.compile``, ``roller.compile_model``, ``roller.load``
+and the ``build``, ``run`` and ``compare`` commands dispatch on the kind, so that no file is read twice.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roller.errors import InputError
+from roller.graph.ir import Graph
+from roller.ir.opfile import parse_ops, read_op_file
+from roller.ir.symbolic import SymbolicOp, parse_symbolic
+from roller.ir.tensor_expr import TensorExpr
+
+#: file suffixes read as models, not op files
+MODEL_SUFFIXES = (".onnx",)
+
+
+@dataclass(frozen=True)
+class OpInput:
+    ops: list[TensorExpr]
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class SymbolicInput:
+    op: SymbolicOp
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    proto: Any = None  # onnx.ModelProto, or None for a graph given as it is
+    graph: Graph | None = None
+    source: str | None = None  # the file it was read from, for messages and the graph's name
+
+    @property
+    def name(self) -> str:
+        if self.graph is not None:
+            return self.graph.name
+        return str(self.proto.graph.name or (Path(self.source).stem if self.source else "model"))
+
+
+@dataclass(frozen=True)
+class BuiltInput:
+    folder: Path
+    kind: str  # "kernel", "kernel set" or "model" (roller.compiler.artifact)
+
+
+Input = OpInput | SymbolicInput | ModelInput | BuiltInput
+
+
+def is_model_path(path: str | os.PathLike) -> bool:
+    return Path(path).suffix.lower() in MODEL_SUFFIXES
+
+
+def load_input(x: Any) -> Input:
+    """``x`` read once and named by its kind: a TensorExpr or op dict, an op file, an ONNX file, bytes or
+    ModelProto, a ``roller.graph.Graph``, or a folder written by ``roller build``. InputError (exit 2) names the
+    file and what is wrong with it."""
+    if isinstance(x, TensorExpr):
+        return OpInput([x])
+    if isinstance(x, Graph):
+        return ModelInput(graph=x)
+    if isinstance(x, bytes) or _is_proto(x):
+        from roller.frontends.onnx import load_model
+
+        proto, _ = load_model(x)
+        return ModelInput(proto=proto)
+    if isinstance(x, dict):
+        sym = parse_symbolic(x, None)
+        return SymbolicInput(sym) if sym is not None else OpInput(parse_ops(x, None))
+    if not isinstance(x, (str, os.PathLike)):
+        raise InputError(f"expected an op (dict, TensorExpr or op.json path), an ONNX model (path, bytes or "
+                         f"ModelProto), a roller.graph.Graph or a build folder, got {type(x).__name__}")
+    path = Path(x)
+    if path.is_dir():
+        from roller.compiler.artifact import kind_of
+
+        return BuiltInput(path, kind_of(path))
+    if is_model_path(path):
+        from roller.frontends.onnx import load_model
+
+        proto, source = load_model(path)
+        return ModelInput(proto=proto, source=source)
+    doc, source = read_op_file(path)
+    sym = parse_symbolic(doc, source)
+    return SymbolicInput(sym, source) if sym is not None else OpInput(parse_ops(doc, source), source)
+
+
+def as_model(x: Any) -> ModelInput:
+    """``x`` read as a model whatever its name: a path (any suffix), bytes, a ModelProto, a Graph, or a
+    ModelInput already read."""
+    if isinstance(x, ModelInput):
+        return x
+    if isinstance(x, Graph):
+        return ModelInput(graph=x)
+    from roller.frontends.onnx import load_model
+
+    proto, source = load_model(x)
+    return ModelInput(proto=proto, source=source if isinstance(x, (str, os.PathLike)) else None)
+
+
+def _is_proto(x: Any) -> bool:
+    return type(x).__name__ == "ModelProto" and hasattr(x, "graph")

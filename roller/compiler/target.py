@@ -1,0 +1,135 @@
+"""What a build is for: a hardware description and the backend that renders for it, resolved once.
+
+A ``Target`` is resolved from a description's name, a YAML path, a ``HardwareDesc``, or a name a backend
+measures on this machine (``host``), with an optional backend name (``--backend``; default: the one serving the
+description). It carries what every stage asks of the pair: the backend's matrix support (construction offers
+only programs the backend renders), its cache environment, and construction itself as a shared value:
+``target.programs(expr, top_k)`` is memoised by the expression's content, so that fusion costing, the padding
+decision, the layout choice and the build ask construction once for the same question.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roller import backends as _backends
+from roller.backends import Backend
+from roller.errors import InputError
+from roller.hw import HardwareDesc, list_bundled
+from roller.hw import load as load_hw
+from roller.ir.tensor_expr import TensorExpr
+from roller.program import RProgram
+
+HwLike = str | os.PathLike | HardwareDesc
+
+
+def local_names() -> list[str]:
+    """Names of the descriptions measured on this machine the first time they are used (``--hw host``): the
+    backends declare them."""
+    return sorted(n for b in _backends.registry().values() for n in b.local_names)
+
+
+def _local_files() -> dict[str, Callable[[], Path]]:
+    return {n: (lambda b=b, n=n: b.local_description(n))  # type: ignore[misc]
+            for b in _backends.registry().values() for n in b.local_names}
+
+
+def load_description(hw: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:
+    """A description by bundled name, path, or a name measured here; InputError (exit 2) on any problem."""
+    return load_hw(hw, overrides=overrides, local=_local_files())
+
+
+def missing_hw(what: str) -> InputError:
+    """The error for a build given no description: the names it could have had."""
+    local = f"; measured here: {', '.join(local_names())}" if local_names() else ""
+    return InputError(f"{what} (bundled: " + ", ".join(list_bundled()) + local + ")")
+
+
+@dataclass(frozen=True, eq=False)
+class Target:
+    """A description and the backend that renders for it; construction's answers for it, memoised."""
+
+    hw: HardwareDesc
+    backend: Backend
+    # (content hash, top_k[, op name]) -> programs; the short key answers questions that ignore the name
+    _programs: dict[tuple[Any, ...], list[RProgram]] = field(default_factory=dict, repr=False)
+    _locks: dict[tuple[str, int], threading.Lock] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def resolve(cls, hw: HwLike | Target | None, backend: str | None = None,
+                overrides: Mapping[str, Any] | None = None) -> Target:
+        """The target of a description (name, path, HardwareDesc or ``host``) and a backend name (default: the
+        description's own); a Target given is returned as it is when no other backend is asked for."""
+        if isinstance(hw, Target):
+            if overrides:
+                raise InputError("overrides apply to a description loaded by name or path, not to a Target")
+            if backend is None or backend == hw.backend.name:
+                return hw
+            return cls(hw.hw, _backends.for_hw(hw.hw, backend))
+        if hw is None:
+            raise missing_hw("compile needs hw=NAME|FILE|HardwareDesc")
+        if isinstance(hw, HardwareDesc):
+            if overrides:
+                raise InputError("overrides apply to a description loaded by name or path, not to a HardwareDesc")
+            desc = hw
+        else:
+            desc = load_description(hw, overrides)
+        return cls(desc, _backends.for_hw(desc, backend))
+
+    @property
+    def name(self) -> str:
+        return f"{self.hw.name}/{self.backend.name}"
+
+    @property
+    def matrix_support(self) -> tuple[Any, ...]:
+        return tuple(self.backend.matrix_support)
+
+    @property
+    def cache_env(self) -> tuple[str, ...]:
+        return tuple(self.backend.cache_env)
+
+    def __repr__(self) -> str:
+        return f"<roller.Target {self.name}>"
+
+    def programs(self, expr: TensorExpr, top_k: int) -> list[RProgram]:
+        """Construction's ``top_k`` programs of ``expr``, best predicted first, constructed the first time this
+        target is asked for them. Rendering names the kernel after the op, so the programs are ``expr``'s own
+        (an op of the same content under another name is constructed again)."""
+        return list(self._answer(expr, top_k, by_name=True))
+
+    def best(self, expr: TensorExpr) -> RProgram:
+        """The program the model predicts fastest (the top-1 construction), for decisions that weigh programs
+        (fusion, padding, layouts): shared by every operator of the same content, whatever its name, so that
+        its ``expr`` may carry another op's name."""
+        return self._answer(expr, 1, by_name=False)[0]
+
+    def predicted_seconds(self, expr: TensorExpr) -> float:
+        """``expr``'s time as its best program is predicted to take (infinite where no prediction exists)."""
+        pred = self.best(expr).prediction
+        return pred.time_s if pred is not None else float("inf")
+
+    def _answer(self, expr: TensorExpr, top_k: int, by_name: bool) -> list[RProgram]:
+        from roller.construction import construct
+
+        content = (expr.content_hash(), top_k)
+        key = content + ((expr.name,) if by_name else ())
+        with self._lock:
+            found = self._programs.get(key)
+            if found is not None:
+                return found
+            lock = self._locks.setdefault(content, threading.Lock())
+        # One lock per question: builder threads asking the same one wait for the first answer.
+        with lock:
+            with self._lock:
+                found = self._programs.get(key)
+            if found is None:
+                found = construct(expr, self.hw, top_k=top_k, matrix=self.matrix_support)
+                with self._lock:
+                    self._programs[content + (expr.name,)] = found
+                    self._programs.setdefault(content, found)
+        return found
