@@ -1,12 +1,12 @@
-"""Plain-numpy implementations of the named ops of docs/design.md, written from the semantics alone.
+"""Plain-numpy implementations of the named ops of docs/opjson.md, written from the semantics alone.
 
 Nothing here imports roller: this is the second opinion that tests hold roller.reference and the generated
 kernels against. Everything is computed in float64 and returned as float32.
 
-    inputs = make_inputs(op, seed=0)          # {name: float32 array}, names and order per design.md
+    inputs = make_inputs(op, seed=0)          # {name: float32 array}, names and order per opjson.md
     y = independent_eval(op, inputs)          # float32 array of output_shape(op)
 
-Semantics (docs/design.md, "Named ops"):
+Semantics (docs/opjson.md, "Named ops"):
 
 * matmul: C[M,N] = A @ B; transpose_a means A is stored [K,M], transpose_b means B is stored [N,K].
   batch_matmul likewise per batch, A [B,M,K], B [B,K,N].

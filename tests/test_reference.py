@@ -1,6 +1,6 @@
 """roller.reference (the numpy evaluator every backend is checked against) against separately written numpy.
 
-The named ops are compared with tests/independent.py (written from docs/design.md without importing roller);
+The named ops are compared with tests/independent.py (written from docs/opjson.md without importing roller);
 generic expressions with explicit loops and np.einsum written here.
 """
 from __future__ import annotations
