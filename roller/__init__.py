@@ -1,8 +1,9 @@
 """Roller: construct tensor kernels from a hardware description instead of searching for them.
 
-Public API: ``roller.reference(op, inputs)``, ``roller.construct(op, hw, top_k)``, ``roller.compile(op, hw=...)``,
-``roller.compile_model(model, hw=...)``, ``roller.load(folder)`` (what ``roller build`` wrote), ``roller.Target``;
-heavier modules are imported on first use so that ``import roller`` stays fast.
+Public API: ``roller.reference(op, inputs)``, ``roller.construct(op, hw, top_k)``,
+``roller.compile(op, hw=...)``, ``roller.compile_model(model, hw=...)``, ``roller.load(folder)`` (what
+``roller build`` wrote), ``roller.Target``; heavier modules are imported on first use so that ``import roller``
+stays fast.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Values are read from the environment at each access (``settings.cache.dir``), not at import, so a test or a
 long-lived process that changes the environment sees the change. ``roller.settings.describe()`` lists them
-all (the README's table is this list). Backends name the variables that change what they build in their
+all (docs/cli.md's table is this list). Backends name the variables that change what they build in their
 ``cache_env``; those values are part of every cache key.
 """
 from __future__ import annotations

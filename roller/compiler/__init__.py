@@ -133,6 +133,7 @@ def load(folder: str | Path, hw: HwLike | Target | None = None) -> Any:
         raise InputError("no such build folder" if not path.exists() else "not a folder", source=str(path))
     kind = kind_of(path)
     if kind == "kernels":
-        return [load(sub, hw) for sub in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))]
+        subs = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return [load(sub, hw) for sub in subs]
     loaders: dict[str, Any] = {"model": Model.load, "kernel set": GenericKernel.load, "kernel": Kernel.load}
     return loaders[kind](path, hw)

@@ -13,9 +13,9 @@ backend lowers through the same plan, and that construction tiles as a whole (``
   axes a permutation of ``P``'s output axes) becomes ``P``'s epilogue; ``C``'s output, in ``C``'s order, is
   what the fused kernel stores.
 
-Each candidate is offered to ``accept`` (the micro-performance model's prediction, ``models.build_kernels``)
-with the operators it replaces, and kept only where it is predicted no slower: Apollo's feedback, splitting at
-the edge whose fusion the model rejects.
+Each candidate is offered to ``accept`` (the micro-performance model's prediction,
+``roller.compiler.model.fuse_stage``) with the operators it replaces, and kept only where it is predicted no
+slower: Apollo's feedback, splitting at the edge whose fusion the model rejects.
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ around it, before every such kernel. On PoCL that copy ran at a single core's me
 operator that makes the value writes it into that interior itself (``write_padded``: the same operator with
 its output's index moved), every reader reads the padded value as it is (``read_padded``: the window without a
 copy, a residual add its interior), and the plan gives it a buffer filled once (``roller.graph.memory``): no
-copy is left. The caller's ``worth`` (the micro-performance model, in ``roller.compiler.model.build_kernels``) decides
-per value, since a producer whose rows no longer fuse can run slower than the copy it saves.
+copy is left. The caller's ``worth`` (the micro-performance model, in ``roller.compiler.model.pad_stage``)
+decides per value, since a producer whose rows no longer fuse can run slower than the copy it saves.
 """
 from __future__ import annotations
 

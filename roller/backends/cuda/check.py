@@ -5,7 +5,7 @@ One compile unit per (suite, description) holds every op's kernel (the suite's f
 copies of its matmul, batch matmul and convolution ops, which take the tensor-core path); one compiler
 process compiles it, and ``parse_ptxas`` splits the report per kernel.
 
-Agreement with the model (roller/model/micro.py ``resources``), measured over both suites and the four
+Agreement with the model (roller/perf/micro.py ``resources``), measured over both suites and the four
 NVIDIA descriptions (docs/cuda.md has the figures):
 * shared memory: ptxas' static shared memory equals the model's estimate exactly (the kernel declares the
   staged tiles the model counts, storage padding included, plus the matrix path's per-warp scratch);
