@@ -176,3 +176,19 @@ def test_roller_run_of_a_model_constructs_each_operator_once(tmp_path: Path, mon
     assert asked and {k for _, k in asked} == {1, 10}
     again = [k for k, n in asked.items() if n > 1]
     assert not again, f"constructed more than once: {again}"
+
+
+def test_roller_build_and_compile_share_the_kernel_cache(tmp_path: Path) -> None:
+    """roller build once wrote its folders from a construction of its own; it now goes through the cache that
+    roller run and roller.compile use."""
+    from roller import cache
+
+    opfile = tmp_path / "conv.json"
+    opfile.write_text(json.dumps(CONV))
+    assert main(["build", "--hw", "h100", str(opfile), "-o", str(tmp_path / "out")]) == 0
+    assert cache.last_event == "miss"
+    k = roller.compile(CONV, hw="h100")
+    assert k.cache_hit and cache.last_event == "hit"
+    assert (tmp_path / "out" / "conv" / k.artifact.main_file).read_text() == k.source
+    assert main(["build", "--hw", "h100", str(opfile), "-o", str(tmp_path / "again"), "--no-cache"]) == 0
+    assert cache.last_event == "hit"   # --no-cache neither read nor wrote: the last event is still compile's
