@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench/gpu.py")
 gpu = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 sys.modules["bench_gpu"] = gpu

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_gpu_checks", ROOT / "bench/gpu_checks.py")
 checks = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 sys.modules["bench_gpu_checks"] = checks

@@ -15,7 +15,7 @@ from roller.construction import construct
 from roller.hw import load as load_hw
 from roller.ir import load_op, load_ops
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 needs_cl = pytest.mark.skipif(not get("opencl").can_run_here(), reason=get("opencl").why_not_here())
 

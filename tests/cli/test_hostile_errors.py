@@ -23,7 +23,7 @@ from roller.cli.main import main
 from roller.errors import CompileError, InputError
 from roller.ir import load_op
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ import pytest
 
 from roller.cli.main import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (scripts/setup.sh --dev installs it)"),
               pytest.mark.chromium]

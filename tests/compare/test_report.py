@@ -24,7 +24,7 @@ from roller.compare import report as rep
 from roller.hw import load as load_hw
 from roller.ir import load_ops
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "bench/suites/scaled.json"
 EXAMPLES = REPO / "examples"
 DEVICES = ["v100", "mi50", "ipu-gc200", "pocl-cpu"]

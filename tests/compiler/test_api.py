@@ -13,7 +13,7 @@ from roller.backends import get
 from roller.cli.main import main
 from roller.errors import InputError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 needs_cl = pytest.mark.skipif(not get("opencl").can_run_here(), reason=get("opencl").why_not_here())
 
 MM = {"name": "mm_api", "op": "matmul", "M": 67, "N": 33, "K": 19}

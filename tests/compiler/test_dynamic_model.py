@@ -8,7 +8,7 @@ import pytest
 import roller
 from roller.dynamic_model import DynamicModel
 from roller.errors import InputError
-from tests.zoo_graphs import ALL, dynamic_attention_block, open_sizes, residual_block
+from tests.support.zoo_graphs import ALL, dynamic_attention_block, open_sizes, residual_block
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import pytest
-from fuzz_ops import DESCRIPTIONS, build, op_doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from roller.errors import InputError
 from roller.evaluate import check_against, require_device
 from roller.ir.opfile import parse_ops, read_json
 from roller.numpy_reference import random_inputs
+from tests.support.fuzz_ops import DESCRIPTIONS, build, op_doc
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))

@@ -27,7 +27,7 @@ from roller.hw import load
 from roller.ir import Affine, load_op
 from roller.numpy_reference import random_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

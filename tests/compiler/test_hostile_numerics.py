@@ -21,7 +21,7 @@ from roller.hw import load
 from roller.ir import load_op
 from roller.numpy_reference import _window_view, bound, random_inputs, reference
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -19,7 +19,7 @@ from roller.frontends.onnx import import_model
 from roller.graph import OpNode, plan
 from roller.graph.reference import evaluate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
 C = 8

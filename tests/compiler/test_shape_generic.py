@@ -101,7 +101,7 @@ def test_generic_kernels_match_numpy(doc: dict, sizes: tuple[int, ...]) -> None:
 
 def test_per_size_where_one_kernel_cannot_serve() -> None:
     """Row sums over [4, s, s]: the head and row axes fuse into one of 4s, neither a prefix of the grid nor an
-    extent a kernel can take as an argument (tests/test_runtime_extents.py): built per size, still correct."""
+    extent a kernel can take as an argument (tests/construction/test_runtime_extents.py): built per size, still correct."""
     k = roller.compile({"expr": "Y[h,q] += X[h,q,k]", "shapes": {"X": [4, "s", "s"]}, "symbols": {"s": [1, 64]}},
                        hw="pocl-cpu")
     assert k.mode == "per-size" and "changes with s" in k.why and "by a factor" in k.why

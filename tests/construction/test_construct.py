@@ -13,7 +13,7 @@ from roller.construction.align import padding_ok, transaction_alignment
 from roller.ir import load_ops
 from roller.model.traffic import TileGeometry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = load_ops(ROOT / "bench/suites/roller119.json")
 DEVICES = H.list_bundled()
 

@@ -36,7 +36,7 @@ from roller.frontends.onnx import supported_ops
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
-DOC = Path(__file__).resolve().parents[1] / "docs" / "onnx.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "onnx.md"
 
 # -- why a selected case is excluded: one reason per missing piece ---------------------------------------------
 
@@ -189,7 +189,7 @@ def test_node(name: str) -> None:
 
 
 def report() -> str:
-    """The exclusions as docs/onnx.md lists them (``python tests/test_onnx_conformance.py``): counts, then the
+    """The exclusions as docs/onnx.md lists them (``python tests/frontends/test_onnx_conformance.py``): counts, then the
     excluded cases grouped by reason."""
     excluded: dict[str, list[str]] = {}
     for name in SELECTED:
@@ -208,7 +208,7 @@ def report() -> str:
 
 def test_docs_show_this_list_and_every_supported_op_type() -> None:
     text = DOC.read_text()
-    assert report().rstrip() in text, "docs/onnx.md is stale: paste `python tests/test_onnx_conformance.py` in"
+    assert report().rstrip() in text, "docs/onnx.md is stale: paste `python tests/frontends/test_onnx_conformance.py` in"
     table = text.split("## Supported op types", 1)[1].split("\n## ", 1)[0]
     listed = {w for row in table.splitlines() if row.startswith("| ") for w in re.findall(r"[A-Z][A-Za-z0-9]+",
                                                                                          row.split("|")[1])}

@@ -17,7 +17,7 @@ from roller.hw import load
 from roller.ir import load_ops
 from roller.numpy_reference import bound, random_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FUSED = load_ops(ROOT / "bench/suites/fused.json")
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
@@ -146,9 +146,7 @@ def test_fold_refuses_a_reader_that_is_not_point_for_point() -> None:
 
 
 def _zoo(name: str):  # type: ignore[no-untyped-def]
-    import sys
-    sys.path.insert(0, str(Path(__file__).parent))
-    from zoo_graphs import ALL
+    from tests.support.zoo_graphs import ALL
     return ALL[name]()
 
 

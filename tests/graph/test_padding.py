@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-from test_models import _model, _ort, residual
 
 import roller
 from roller.backends import for_hw, get
@@ -18,6 +17,7 @@ from roller.graph.reference import evaluate
 from roller.ir import load_op
 from roller.ir.fuse import fusible_groups, write_padded
 from roller.models import fuse_model_graph
+from tests.compiler.test_models import _model, _ort, residual
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())

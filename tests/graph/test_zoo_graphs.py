@@ -1,4 +1,4 @@
-"""The small test graphs of tests/zoo_graphs.py: valid ONNX, shapes as declared, deterministic, runnable in
+"""The small test graphs of tests/support/zoo_graphs.py: valid ONNX, shapes as declared, deterministic, runnable in
 onnxruntime with finite outputs, and computing what their docstrings say they compute."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from types import ModuleType
 import numpy as np
 import onnx
 import pytest
-from zoo_graphs import ALL, Graph
+
+from tests.support.zoo_graphs import ALL, Graph
 
 # graphs whose output shape onnx's own shape inference cannot work out (it does not propagate values through
 # Slice bounds computed from a Shape): an importer has to fold the shape arithmetic itself to get them

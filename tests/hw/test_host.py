@@ -21,7 +21,7 @@ from roller import cache, hw
 
 cl = pytest.importorskip("pyopencl")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # A busy machine adds "(load average L on N cores: the figures may be low)" after the time.
 FIRST = re.compile(r"roller: --hw host: probing (.+), once for this device\.\.\. probed in [\d.]+ s"
                    r"(?: \(load average [\d.]+ on \d+ cores: the figures may be low\))?, cached at (.+)")

@@ -24,7 +24,7 @@ from roller.hw import (
 )
 
 BUNDLED = ["a100", "h100", "h200", "ipu-gc2", "ipu-gc200", "mi100", "mi250x", "mi300x", "mi50", "pocl-cpu", "v100"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_list_bundled():

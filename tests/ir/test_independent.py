@@ -1,4 +1,4 @@
-"""The independent numpy implementations (tests/independent.py) against slow loops, hand-worked values, and the suites."""
+"""The independent numpy implementations (tests/support/independent.py) against slow loops, hand-worked values, and the suites."""
 from __future__ import annotations
 
 import itertools
@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from independent import independent_eval, input_shapes, make_inputs, output_shape
+from tests.support.independent import independent_eval, input_shapes, make_inputs, output_shape
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "bench" / "suites"
 EXAMPLES = REPO / "examples"
 

@@ -10,7 +10,7 @@ from roller.ir import Affine, BinOp, Call, Const, Neg, Read, load_op, load_ops, 
 from roller.ir.fuse import prepare
 from roller.ir.parse import parse_statement
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OP_FILES = sorted((REPO / "examples").glob("*.json")) + sorted((REPO / "bench" / "suites").glob("*.json"))
 
 GENERIC = [

@@ -1,6 +1,6 @@
 """roller.reference (the numpy evaluator every backend is checked against) against separately written numpy.
 
-The named ops are compared with tests/independent.py (written from docs/design.md without importing roller);
+The named ops are compared with tests/support/independent.py (written from docs/design.md without importing roller);
 generic expressions with explicit loops and np.einsum written here.
 """
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +17,9 @@ import roller
 from roller.errors import InputError
 from roller.ir import parse_ops
 from roller.ir.fuse import prepare
+from tests.support.independent import independent_eval, make_inputs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from independent import independent_eval, make_inputs  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCALED = REPO / "bench" / "suites" / "scaled.json"
 EXAMPLES = REPO / "examples"
 

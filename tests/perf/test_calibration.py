@@ -6,7 +6,6 @@ import dataclasses
 import math
 
 import pytest
-from test_hw_errors import BASE
 
 from roller import hw
 from roller.cli.main import main
@@ -15,6 +14,7 @@ from roller.ir import load_op
 from roller.ir.vector import vector_width
 from roller.model.micro import _edge_share, register_tile, makespan, predict, resources
 from roller.model.traffic import TileGeometry
+from tests.hw.test_errors import BASE
 
 MATMUL = {"name": "mm", "op": "matmul", "M": 96, "N": 80, "K": 64, "dtype": "float32"}
 CAL = """\
@@ -193,7 +193,7 @@ def test_fidelity_repredict_needs_no_device(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     op = {"name": "mm", "op": "matmul", "M": 40, "N": 24, "K": 16, "dtype": "float32"}
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps({"ops": [op]}))

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for hostile op files (used by tests/test_hostile_fuzz.py and scripts/fuzz_run_check.py).
+"""Hypothesis strategies for hostile op files (used by tests/compiler/test_hostile_fuzz.py and scripts/fuzz_run_check.py).
 
 An op is drawn the way a careless or hostile user might write one: index coefficients and constants at the
 edges of 32 and 64 bits, axes used only through ``extents``, reductions by every assignment, axis values and

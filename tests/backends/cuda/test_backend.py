@@ -22,7 +22,7 @@ from roller.construction.matrix import gemm_roles, instructions
 from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CUDA = get("cuda")
 
 

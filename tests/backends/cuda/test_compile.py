@@ -19,7 +19,7 @@ from roller.backends.cuda import check
 from roller.backends.cuda.toolchain import compiler_for
 from roller.errors import ToolchainError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _compiler(target: str) -> str | None:

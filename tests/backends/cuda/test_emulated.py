@@ -1,4 +1,4 @@
-"""Generated CUDA kernels run on the CPU through a small CUDA stand-in (tests/cuda_emu/cuda_emu.h: one
+"""Generated CUDA kernels run on the CPU through a small CUDA stand-in (tests/backends/cuda/cuda_emu/cuda_emu.h: one
 std::thread per CUDA thread, barriers, and wmma fragments that hold whole tiles), checked against
 roller.reference. No GPU here: this checks what the kernels compute with -- the staging, the fragment
 layouts, leading dimensions and offsets, the per-warp epilogue, the guards -- not the hardware's wmma."""

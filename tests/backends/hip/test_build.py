@@ -1,6 +1,6 @@
 """``roller build --hw hwdesc/mi50.yaml op.json``: a ``kernel.hip``, launch.json and rprogram.json for every
 suite op on every AMD description. The written kernel is exactly what the backend renders for construction's
-top-1, which is what tests/test_hip_compile.py compiles, so the CI compile check covers the built files."""
+top-1, which is what tests/backends/hip/test_compile.py compiles, so the CI compile check covers the built files."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from roller.cli.main import main
 from roller.construction import construct
 from roller.ir import load_ops
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 AMD = ("mi50", "mi100", "mi250x", "mi300x")
 
 

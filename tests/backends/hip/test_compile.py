@@ -20,7 +20,7 @@ from roller.construction import construct, matrix_candidates
 from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SUITES = {name: load_ops(ROOT / f"bench/suites/{name}.json") for name in ("scaled", "roller119", "fused")}
 
 

@@ -21,7 +21,7 @@ from roller.evaluate import check_against
 from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 BACKEND = get("hip")
 
 

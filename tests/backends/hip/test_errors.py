@@ -18,7 +18,7 @@ from roller.construction import construct
 from roller.errors import CompileError, ToolchainError
 from roller.ir import load_ops
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 BACKEND = get("hip")
 OP = load_ops({"op": "matmul", "M": 40, "N": 24, "K": 16, "name": "mm"})[0]
 

@@ -1,5 +1,5 @@
 """HIP and OpenCL kernels of the same rProgram come from the same kernel plan, so the OpenCL runs of every AMD
-description's programs on PoCL (tests/test_opencl_suite.py) vouch for the HIP kernels' indexing: decode
+description's programs on PoCL (tests/backends/opencl/test_suite.py) vouch for the HIP kernels' indexing: decode
 divisors, tile origins, staged-buffer strides and padding, bounds guards, output indices.
 
 The plans differ only in how each language spells a type or a math function (``fmaxf`` / ``fmax``,
@@ -21,7 +21,7 @@ from roller.backends.rocm_hip import DIALECT as HIP
 from roller.construction import construct
 from roller.ir import load_ops
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SCALED = load_ops(ROOT / "bench/suites/scaled.json")
 AMD = ("mi50", "mi100", "mi250x", "mi300x")
 

@@ -14,7 +14,7 @@ from roller.errors import InputError, ToolchainError
 from roller.hw import load
 from roller.ir import load_op
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 BACKEND = get("poplar")
 MATMUL = {"name": "mm", "op": "matmul", "M": 33, "N": 17, "K": 9}
 no_sdk = pytest.mark.skipif(shutil.which("popc") is not None, reason="the Poplar SDK is installed here")

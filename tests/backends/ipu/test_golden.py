@@ -1,6 +1,6 @@
 """Golden and structural tests of the generated Poplar sources (the host program cannot be compiled here: the
 Poplar SDK is not installable). Two small ops with fixed tiles are compared file by file with
-tests/golden/ipu/ (ROLLER_UPDATE_GOLDEN=1 rewrites them; see its README); for every op of the scaled suite the
+tests/backends/ipu/golden/ (ROLLER_UPDATE_GOLDEN=1 rewrites them; see its README); for every op of the scaled suite the
 host program must create every tensor, connect every vector field and set every scalar field the codelet
 declares, and nothing else."""
 from __future__ import annotations
@@ -18,8 +18,8 @@ from roller.hw import load
 from roller.ir import load_op, load_ops
 from roller.ir.fuse import prepare
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = ROOT / "tests" / "golden" / "ipu"
+ROOT = Path(__file__).resolve().parents[3]
+GOLDEN = Path(__file__).resolve().parent / "golden"
 BACKEND = get("poplar")
 FIXED = {
     "mm": ({"name": "mm", "op": "matmul", "M": 5, "N": 7, "K": 3}, (2, 4, 3), (1, 2, 1)),

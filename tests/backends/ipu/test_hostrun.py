@@ -24,7 +24,7 @@ from roller.hw import load
 from roller.ir import load_ops
 from roller.numpy_reference import random_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SCALED = load_ops(ROOT / "bench/suites/scaled.json")
 BACKEND = get("poplar")
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed (apt-get install g++)")

@@ -19,7 +19,7 @@ from roller.hw import list_bundled, load
 from roller.ir import load_ops
 from roller.model.traffic import TileGeometry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SUITES = {"scaled": ROOT / "bench/suites/scaled.json", "roller119": ROOT / "bench/suites/roller119.json"}
 IPUS = ("ipu-gc2", "ipu-gc200")
 FILES = {"codelets.cpp", "host.cpp", "graph_plan.hpp", "graph_plan.json", "Makefile"}

@@ -1,7 +1,7 @@
 """The CPU kernels' vector path (c_family plan.VecPlan, docs/opencl.md): which reads become broadcasts, vector
 loads or gathered lanes, the edge version for tiles that cross the vector axis's end, the model's matching
 test for lane-gathered reads, and roller's PoCL work-group default. Running the kernels is in
-test_opencl_suite.py (every candidate of a sample of the suite, and hypothesis-drawn irregular shapes)."""
+tests/backends/opencl/test_suite.py (every candidate of a sample of the suite, and hypothesis-drawn irregular shapes)."""
 from __future__ import annotations
 
 import dataclasses

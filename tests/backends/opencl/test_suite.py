@@ -15,7 +15,7 @@ from roller.evaluate import check_output
 from roller.ir import load_ops
 from roller.numpy_reference import bound, random_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SCALED = load_ops(ROOT / "bench/suites/scaled.json")
 BACKEND = get("opencl")
 pytestmark = pytest.mark.skipif(not BACKEND.can_run_here(), reason=BACKEND.why_not_here())

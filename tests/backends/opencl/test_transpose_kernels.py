@@ -24,7 +24,7 @@ def test_a_large_transpose_gets_square_blocks_and_vector_loads() -> None:
     assert p.block_tile.shape == (256, 256) and p.thread_tile.shape == (16, 16)
     geo = TileGeometry(p.expr)
     assert geo.row_runs((256, 256)) < geo.row_runs((4096, 16))
-    # Stored past the caches (streaming stores, tests/test_streaming_stores.py), the output's runs do not
+    # Stored past the caches (streaming stores, tests/backends/opencl/test_streaming_stores.py), the output's runs do not
     # count: the blocks that read the longest runs of the input's rows (i1) come first.
     streamed = construct(op, CPU, top_k=4)[0]
     assert streamed.block_tile.shape[0] > streamed.block_tile.shape[1]
