@@ -120,11 +120,11 @@ def measure(label: str, doc: dict[str, Any], sizes: tuple[int, ...], hw: str, ro
 
 def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, hidden: int = 768,
                   heads: int = 12, evaluate: bool = False) -> dict[str, Any]:
-    """A BERT-base-sized encoder layer (tests/zoo_graphs.py's, hidden 768, 12 heads) with an open sequence
+    """A BERT-base-sized encoder layer (tests/support/zoo_graphs.py's, hidden 768, 12 heads) with an open sequence
     length, one DynamicModel over every length (its kernel sets timed on the device with ``evaluate``),
     against the model built for each exact length (top-1) and onnxruntime on the same dynamic model."""
     import roller
-    from tests.zoo_graphs import dynamic_attention_block
+    from tests.support.zoo_graphs import dynamic_attention_block
 
     proto = dynamic_attention_block(hidden=hidden, heads=heads)
     sess = ort_session(proto)
@@ -167,10 +167,10 @@ def measure_model(hw: str, lengths: tuple[int, ...], rounds: int, repeat: int, h
 def resnet18(batch_name: str = "n") -> Any:
     """ResNet-18 as torchvision defines it (7x7/2 stem, 3x3/2 max pool, four stages of two basic blocks with
     1x1/2 projections, global average pool, 1000-way Gemm), BatchNormalization kept, random weights, the batch
-    left open: tests/zoo_graphs.py's builder, so no torch is needed."""
+    left open: tests/support/zoo_graphs.py's builder, so no torch is needed."""
     from onnx import TensorProto, helper
 
-    from tests.zoo_graphs import IR_VERSION, OPSET, _Builder
+    from tests.support.zoo_graphs import IR_VERSION, OPSET, _Builder
 
     b = _Builder("resnet18")
     h = b.node("Relu", [b.batchnorm(b.conv("x", 3, 64, 7, bias=False, strides=[2, 2], pads=[3, 3, 3, 3]), 64)])

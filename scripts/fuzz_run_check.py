@@ -1,4 +1,4 @@
-"""The large version of tests/test_hostile_fuzz.py: generated hostile ops through op check, construction for a
+"""The large version of tests/compiler/test_hostile_fuzz.py: generated hostile ops through op check, construction for a
 description (rendered as OpenCL), a run on the local OpenCL device and ``run --check``'s check.
 
     .venv/bin/python scripts/fuzz_run_check.py --examples 10000 [--seed 0] [--json out.json]
@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
 import numpy as np
 from fuzz_ops import DESCRIPTIONS, build, op_doc

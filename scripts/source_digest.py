@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITES = ("bench/suites/roller119.json", "bench/suites/scaled.json", "bench/suites/fused.json")
 MODELS = (("examples/models/mini_resnet.onnx", "pocl-cpu"), ("examples/models/mini_resnet.onnx", "h100"),
           ("examples/models/mini_resnet.onnx", "mi50"))
-ZOO_HWS = ("pocl-cpu", "h100")   # every graph of tests/zoo_graphs.py (fusion, padding, layouts, attention)
+ZOO_HWS = ("pocl-cpu", "h100")   # every graph of tests/support/zoo_graphs.py (fusion, padding, layouts, attention)
 
 
 def _sha(text: str) -> str:
@@ -75,7 +75,7 @@ def programs(top_k: int, every: int) -> dict[str, Any]:
 
 
 def _model_files() -> list[tuple[Path, str]]:
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     import onnx
     from zoo_graphs import ALL
 
@@ -136,7 +136,7 @@ def main() -> int:
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--every", type=int, default=1, help="every Nth op of the sample (default: all)")
     ap.add_argument("--models", action="store_true",
-                    help="also whole models built with roller build (examples/models, tests/zoo_graphs.py)")
+                    help="also whole models built with roller build (examples/models, tests/support/zoo_graphs.py)")
     ap.add_argument("--compare", metavar="BEFORE.json", help="report differences from an earlier digest")
     args = ap.parse_args()
     t = time.perf_counter()

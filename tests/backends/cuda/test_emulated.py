@@ -1,0 +1,142 @@
+"""Generated CUDA kernels run on the CPU through a small CUDA stand-in (tests/backends/cuda/cuda_emu/cuda_emu.h: one
+std::thread per CUDA thread, barriers, and wmma fragments that hold whole tiles), checked against
+roller.reference. No GPU here: this checks what the kernels compute with -- the staging, the fragment
+layouts, leading dimensions and offsets, the per-warp epilogue, the guards -- not the hardware's wmma."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import roller
+import roller.hw as H
+from roller.backends import get
+from roller.compiler.check import check_against
+from roller.construction import construct
+from roller.ir import load_ops
+from roller.ir.reference import random_inputs
+
+EMU = Path(__file__).resolve().parent / "cuda_emu"
+CXX = shutil.which("g++")
+CUDA = get("cuda")
+pytestmark = pytest.mark.skipif(CXX is None, reason="g++ is not installed")
+NP = {"float32": np.float32, "float16": np.float16}
+
+DRIVER = """#include "cuda_emu.h"
+#include <cstdio>
+{kernel}
+int main(int argc, char** argv) {{
+{loads}
+    emu_launch({name}, {grid}, {block}, {args});
+    FILE* f = std::fopen(argv[{nout}], "wb"); std::fwrite(out, sizeof(*out), {out_elems}, f); std::fclose(f);
+    return 0;
+}}
+"""
+
+
+def run_emulated(art, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
+    src = re.sub(r"^#include <(cuda_fp16|cuda_bf16|mma)\.h>$", "", art.source, flags=re.MULTILINE)
+    specs = art.launch["arguments"]
+    ctypes_ = {"float32": "float", "float16": "__half"}
+    loads = []
+    for i, s in enumerate(specs):
+        n = int(np.prod(s["shape"]))
+        var = "out" if s["role"] == "output" else f"in{i}"
+        loads.append(f"    static {ctypes_[s['dtype']]} {var}[{n}];")
+        if s["role"] == "input":
+            loads.append(f"    {{ FILE* f = std::fopen(argv[{i + 1}], \"rb\"); "
+                         f"if (std::fread({var}, sizeof(*{var}), {n}, f) != {n}) return 2; std::fclose(f); }}")
+    args = ", ".join("out" if s["role"] == "output" else f"(const {ctypes_[s['dtype']]}*)in{i}"
+                     for i, s in enumerate(specs))
+    out_spec = specs[-1]
+    (tmp / "k.cpp").write_text(DRIVER.format(kernel=src, loads="\n".join(loads), name=art.kernel_name,
+                                             grid=art.launch["grid"][0], block=art.launch["block"][0], args=args,
+                                             nout=len(specs), out_elems=int(np.prod(out_spec["shape"]))))
+    exe = tmp / "k"
+    r = subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{EMU}", str(tmp / "k.cpp"), "-o", str(exe)], check=False,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return exe
+
+
+@pytest.mark.parametrize("spec", [
+    {"op": "matmul", "M": 37, "N": 45, "K": 40},
+    {"op": "matmul", "M": 40, "N": 24, "K": 33, "transpose_a": True},
+    {"op": "matmul", "M": 24, "N": 40, "K": 50, "transpose_b": True},
+    {"op": "batch_matmul", "B": 2, "M": 20, "N": 33, "K": 24},
+    {"op": "conv2d", "N": 1, "C": 8, "H": 6, "W": 5, "F": 20, "KH": 3, "KW": 3},
+    {"op": "conv2d", "N": 2, "C": 16, "H": 5, "W": 5, "F": 8, "KH": 3, "KW": 3, "stride": 2, "layout": "NHWC"},
+    # rows of whole 16-byte vectors: staged with uint4 loads, the tiles past M's and N's ends zero-filled
+    {"op": "matmul", "M": 40, "N": 48, "K": 64},
+    {"op": "matmul", "M": 24, "N": 40, "K": 48, "transpose_b": True},
+    {"op": "conv2d", "N": 1, "C": 8, "H": 6, "W": 5, "F": 24, "KH": 1, "KW": 1},
+])
+def test_wmma_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
+    op = load_ops(dict(spec, dtype="float16"))[0]
+    hw = H.load("h100")
+    progs = [p for p in construct(op, hw, top_k=10, matrix=get("cuda").matrix_support) if p.use_matrix and p.grid * p.block <= 4096]
+    assert progs, "no small matrix program to emulate"
+    x = random_inputs(op, seed=3)
+    ref = roller.reference(op, x)
+    for i, p in enumerate(progs[:2]):
+        art = CUDA.render(p, hw)
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        exe = run_emulated(art, folder)
+        files = []
+        for t in op.inputs:
+            f = folder / f"{t.name}.bin"
+            np.ascontiguousarray(x[t.name], dtype=np.float16).tofile(f)
+            files.append(str(f))
+        out = folder / "out.bin"
+        r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        y = np.fromfile(out, dtype=np.float16).reshape(ref.shape)
+        check_against(p.line(), op, x, y)
+
+
+@pytest.mark.parametrize("spec,vectors", [
+    ({"op": "matmul", "M": 40, "N": 48, "K": 64}, {"A", "B"}),
+    ({"op": "matmul", "M": 24, "N": 40, "K": 48, "transpose_b": True}, {"A", "B"}),
+    ({"op": "conv2d", "N": 1, "C": 8, "H": 6, "W": 5, "F": 24, "KH": 1, "KW": 1}, {"W"}),   # X: an im2col view
+])
+def test_whole_vector_rows_stage_as_vectors(spec: dict, vectors: set[str]) -> None:
+    """The tensors above whose rows are whole 16-byte vectors stage with uint4 loads (what the emulation then
+    runs); a view, or a tensor whose rows are not (B of 37x45x40: 45 halves), stages element by element."""
+    hw = H.load("h100")
+    op = load_ops(dict(spec, dtype="float16"))[0]
+    progs = [p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support) if p.use_matrix]
+    assert progs
+    for p in progs:
+        staged = {m.group(1): "8 elements a load" in m.group(0)
+                  for m in re.finditer(r"// stage (\w+):.*", CUDA.render(p, hw).source)}
+        assert {t for t, v in staged.items() if v} == vectors, (p.line(), staged)
+    odd = load_ops({"op": "matmul", "M": 37, "N": 45, "K": 40, "dtype": "float16"})[0]
+    for p in construct(odd, hw, top_k=10, matrix=CUDA.matrix_support):
+        src = CUDA.render(p, hw).source
+        assert all("elements a load" not in line for line in re.findall(r"// stage B:.*", src))
+
+
+def test_emulation_catches_a_wrong_fragment_layout(tmp_path: Path) -> None:
+    """Negative control: the same kernel with matrix_a's layout flipped must disagree with the reference."""
+    op = load_ops({"op": "matmul", "M": 32, "N": 32, "K": 32, "dtype": "float16"})[0]
+    hw = H.load("h100")
+    p = next(p for p in construct(op, hw, top_k=10, matrix=get("cuda").matrix_support) if p.use_matrix)
+    art = CUDA.render(p, hw)
+    a_layout = art.extra["matrix"].a_layout
+    flipped = "col_major" if a_layout == "row_major" else "row_major"
+    art.files[art.main_file] = art.source.replace(f"__half, nvcuda::wmma::{a_layout}> rl_frag_a",
+                                                  f"__half, nvcuda::wmma::{flipped}> rl_frag_a")
+    assert art.source.count(f"{flipped}> rl_frag_a") == 1
+    x = random_inputs(op, seed=3)
+    exe = run_emulated(art, tmp_path)
+    for t in op.inputs:
+        np.ascontiguousarray(x[t.name], dtype=np.float16).tofile(tmp_path / f"{t.name}.bin")
+    subprocess.run([str(exe), str(tmp_path / "A.bin"), str(tmp_path / "B.bin"), str(tmp_path / "o.bin")],
+                   check=True, timeout=120)
+    y = np.fromfile(tmp_path / "o.bin", dtype=np.float16).reshape(32, 32).astype(np.float32)
+    assert not np.allclose(y, roller.reference(op, x), rtol=1e-2, atol=1e-2)
