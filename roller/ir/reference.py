@@ -372,7 +372,7 @@ def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -
     ``gamma(K-1) * sum |term|`` with ``gamma(n) = n u / (1 - n u)``. That is the worst case, not the typical
     sqrt(K) growth of random rounding: a correct kernel can never fail it, whatever order its tiles, vectors
     and split reductions add in, and for the layer shapes of ResNet-18 and BERT-base it still sits far below
-    the difference an index off by one makes (tests/test_hostile_numerics.py). max= and min= add no error of
+    the difference an index off by one makes (tests/compiler/test_hostile_numerics.py). max= and min= add no error of
     their own. The result is then rounded to the output dtype twice (by the kernel, and when the reference is
     stored), each within one unit roundoff of that dtype, plus the dtype's subnormal step."""
     expr = load_op(op)
