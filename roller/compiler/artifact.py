@@ -30,7 +30,7 @@ from typing import Any
 
 from roller.atomic import exchange, staging_dir
 from roller.backends import Artifact, require_device
-from roller.compiler.target import HwLike, Target
+from roller.compiler.target import HwLike, Target, TargetBound
 from roller.errors import InputError
 from roller.program import RProgram
 from roller.runtime.device import Runner
@@ -39,8 +39,21 @@ from roller.runtime.device import Runner
 KERNEL_FILES = ("launch.json", "rprogram.json", "report.json", "eval.json")
 
 
+class BuildFolder(TargetBound):
+    """What ``roller build`` writes a folder for (a kernel, a kernel set, a model): ``write`` makes the folder,
+    ``save`` stages it beside the destination and moves it into place."""
+
+    def write(self, folder: Path) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
+        """``write`` staged beside ``folder``, each entry then moved into ``folder`` (replacing an earlier
+        build's of the same name; other files there stay)."""
+        return staged_write(Path(folder), self.write)
+
+
 @dataclass
-class BuiltKernel:
+class BuiltKernel(TargetBound):
     """A model's kernel read back from its build folder: the rendered files and launch, ready to compile; the
     program stays as ``rprogram.json`` holds it (a fused operator's op, with its views and packed layouts, is
     not an op file's)."""

@@ -17,11 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Backend
 from roller.compiler.check import compare_outputs
-from roller.compiler.target import Target
+from roller.compiler.target import Target, TargetBound
 from roller.errors import InputError
-from roller.hw import HardwareDesc
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
 from roller.ir.tensor_expr import TensorExpr
 
@@ -47,7 +45,7 @@ def open_dims(proto: Any, shapes: Mapping[str, Any] | None) -> dict[str, dict[in
 
 
 @dataclass
-class DynamicModel:
+class DynamicModel(TargetBound):
     """A model with open sizes: ``run`` / call it at any sizes within ``ranges``; ``model_at`` is the compiled
     ``roller.compiler.model.Model`` for one set of sizes."""
 
@@ -60,14 +58,6 @@ class DynamicModel:
     why: str = ""  # why not, where it does not
     _models: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
     compile_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # seconds each size set took
-
-    @property
-    def hw(self) -> HardwareDesc:
-        return self.target.hw
-
-    @property
-    def backend(self) -> Backend:
-        return self.target.backend
 
     @property
     def name(self) -> str:

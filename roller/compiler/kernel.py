@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from roller import cache as _cache
-from roller.backends import Artifact, Backend, ordered_inputs, require_device
+from roller.backends import Artifact, ordered_inputs, require_device
+from roller.compiler.artifact import BuildFolder
 from roller.compiler.target import Target
 from roller.errors import InputError
-from roller.hw import HardwareDesc
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
 from roller.program import RProgram
@@ -37,7 +37,7 @@ def source_op(op: OpLike) -> TensorExpr:
 
 
 @dataclass
-class Kernel:
+class Kernel(BuildFolder):
     """A constructed, rendered kernel for one op on one description; call it with numpy arrays."""
 
     op: TensorExpr  # the source op (as written)
@@ -53,14 +53,6 @@ class Kernel:
     _runner: Any = field(default=None, repr=False)
 
     # -- what was built ---------------------------------------------------------------------------------------
-    @property
-    def hw(self) -> HardwareDesc:
-        return self.target.hw
-
-    @property
-    def backend(self) -> Backend:
-        return self.target.backend
-
     @property
     def program(self) -> RProgram:
         return self.programs[self.chosen]
@@ -201,12 +193,6 @@ class Kernel:
         report = self.report(written)
         write_json(folder / "report.json", report)
         return report
-
-    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
-        """``write`` staged beside ``folder`` and moved into place (an earlier build's files replaced)."""
-        from roller.compiler.artifact import staged_write
-
-        return staged_write(Path(folder), self.write)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, hw: Any = None) -> Kernel:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Backend
+from roller.compiler.artifact import BuildFolder
 from roller.compiler.target import Target
 from roller.construction.generic import KernelSet, construct_generic
 from roller.errors import InputError
@@ -30,7 +30,7 @@ from roller.program import RProgram
 
 
 @dataclass
-class GenericKernel:
+class GenericKernel(BuildFolder):
     """A symbolic op built once for every size of its symbol (``mode == "generic"``), or per size
     (``mode == "per-size"``, ``why`` says why); call it with numpy arrays of any size in range."""
 
@@ -45,14 +45,6 @@ class GenericKernel:
     not_timed: list[str] | None = None
     _runners: dict[int, Any] = field(default_factory=dict, repr=False)
     _per_size: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def hw(self) -> HardwareDesc:
-        return self.target.hw
-
-    @property
-    def backend(self) -> Backend:
-        return self.target.backend
 
     @property
     def mode(self) -> str:
@@ -329,12 +321,6 @@ class GenericKernel:
             write_kernel_files(folder / f"k{i}", self.artifacts[i], prog.to_json())
         write_json(folder / "dispatch.json", doc)
         return doc
-
-    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
-        """``write`` staged beside ``folder`` and moved into place (an earlier build's files replaced)."""
-        from roller.compiler.artifact import staged_write
-
-        return staged_write(Path(folder), self.write)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, hw: Any = None) -> GenericKernel:

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Backend, ordered_inputs, require_device
-from roller.compiler.artifact import BuiltKernel
+from roller.backends import ordered_inputs, require_device
+from roller.compiler.artifact import BuildFolder, BuiltKernel
 from roller.compiler.check import compare_outputs
 from roller.compiler.kernel import Kernel, build_kernel
 from roller.compiler.target import Target
@@ -37,7 +37,6 @@ from roller.graph.fusion import fuse as fuse_graph
 from roller.graph.memory import KernelStep
 from roller.graph.orchestrate import orchestrate
 from roller.graph.passes import pack_constants
-from roller.hw import HardwareDesc
 from roller.ir.reference import random_inputs
 from roller.ir.tensor_expr import TensorExpr
 from roller.progress import Progress
@@ -57,7 +56,7 @@ class Stages:
 
 
 @dataclass
-class Model:
+class Model(BuildFolder):
     """A compiled model: its graph, one kernel per distinct operator, and the plan that runs them."""
 
     graph: Graph
@@ -70,14 +69,6 @@ class Model:
     stages: Stages | None = None  # each stage's graph (None for a model loaded from a build folder)
     source_file: str | None = None  # the ONNX file it was read from, if any
     _executor: Executor | None = field(default=None, repr=False)
-
-    @property
-    def hw(self) -> HardwareDesc:
-        return self.target.hw
-
-    @property
-    def backend(self) -> Backend:
-        return self.target.backend
 
     @property
     def fusion(self) -> FusionReport | None:
@@ -215,13 +206,6 @@ class Model:
                      "source_sha256": file_sha256(Path(self.source_file)) if self.source_file else None}
         write_json(folder / "model.json", model_doc)
         return model_doc
-
-    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
-        """``write`` staged beside ``folder``, each entry then moved into ``folder`` (replacing an earlier
-        build's of the same name; other files there stay)."""
-        from roller.compiler.artifact import staged_write
-
-        return staged_write(Path(folder), self.write)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, hw: Any = None) -> Model:

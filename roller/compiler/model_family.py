@@ -26,15 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from roller.backends import Backend
-from roller.compiler.target import Target
+from roller.compiler.target import Target, TargetBound
 from roller.construction.generic import KernelSet, construct_generic
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.graph import Graph, InputPad, OpNode, plan
 from roller.graph.ir import CopyNode, Piece, ViewNode
 from roller.graph.passes import kernel_key
-from roller.hw import HardwareDesc
 from roller.ir.symbolic import SymbolicOp
 from roller.ir.tensor_expr import TensorDecl, TensorExpr
 from roller.runtime.device import Device, Runner
@@ -219,7 +217,7 @@ def _leads(shape: tuple[int, ...], grow: Mapping[int, int]) -> bool:
 
 
 @dataclass
-class GenericModel:
+class GenericModel(TargetBound):
     """A model with one open size, its operators kernel sets or built per size (see the module docstring)."""
 
     family: GraphFamily
@@ -237,14 +235,6 @@ class GenericModel:
     _capacity: int = 0
     _exact_runners: dict[tuple[str, int], Runner] = field(default_factory=dict, repr=False)
     _launches: dict[tuple[int, int], dict[str, Runner]] = field(default_factory=dict, repr=False)
-
-    @property
-    def hw(self) -> HardwareDesc:
-        return self.target.hw
-
-    @property
-    def backend(self) -> Backend:
-        return self.target.backend
 
     @property
     def kernels_compiled(self) -> int:

@@ -133,3 +133,17 @@ class Target:
                     self._programs[content + (expr.name,)] = found
                     self._programs.setdefault(content, found)
         return found
+
+
+class TargetBound:
+    """What is built for a target (a kernel, a kernel set, a model) answers for its description and backend."""
+
+    target: Target
+
+    @property
+    def hw(self) -> HardwareDesc:
+        return self.target.hw
+
+    @property
+    def backend(self) -> Backend:
+        return self.target.backend
