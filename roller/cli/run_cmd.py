@@ -18,6 +18,7 @@ import numpy as np
 from roller.cli.common import (
     add_common,
     check_save_path,
+    hw_from_args,
     inputs_for,
     load_npz,
     positive_int,
@@ -57,8 +58,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from roller.cli.common import hw_from_args
-
     if Path(args.file).is_dir():
         return _run_built(args, read_input(args))
     hw_from_args(args)   # a bad or missing description is reported before the input
@@ -116,16 +115,12 @@ def _run_built(args: argparse.Namespace, given: Any) -> int:
     from roller.compiler.kernel_set import GenericKernel
 
     assert isinstance(given, BuiltInput)
-    for option, value in (("--op", args.op_name), ("--shape", args.shape), ("--eval", args.evaluate)):
+    for option, value in (("--op", args.op_name), ("--shape", args.shape), ("--eval", args.evaluate),
+                          ("--backend", args.backend)):
         if value:
             raise InputError(f"{option} does not apply to a folder roller build wrote: it runs as built",
                              field=option, source=args.file)
-    hw = args.hw if args.hw else None
-    if hw is not None:
-        from roller.cli.common import hw_from_args
-
-        hw = hw_from_args(args)
-    loaded = load(given.folder, hw if hw is None or args.backend is None else target_from_args(args))
+    loaded = load(given.folder, hw_from_args(args) if args.hw else None)
     items = loaded if isinstance(loaded, list) else [loaded]
     first = items[0]
     require_device(first.backend, first.hw, why="roller run")
@@ -165,16 +160,16 @@ def _run_sets(args: argparse.Namespace, items: list) -> int:
                                  field="--inputs")
             values, bound = ks.bind((), arrays)
         out = ks(**bound)
+        expr = ks.op.instantiate(values)
         sizes = ", ".join(f"{s}={v}" for s, v in values.items())
         note = ""
         if args.check:
-            expr = ks.op.instantiate(values)
             max_abs, max_rel = check_against(f"{ks.name} at {sizes}", expr, bound, out)
             note = f"  check ok (max abs err {max_abs:.2g}, rel {max_rel:.2g})"
         seconds = ks.benchmark(values, repeat=args.repeat)
         print(f"{ks.name} at {sizes}  {ks.hw.name}/{ks.backend.name}  {seconds * 1e3:.4g} ms  kernel "
               f"{ks.choice(**values).get('kernel')}{note}", flush=True)
-        outputs[f"{ks.name}.{ks.op.doc.get('name', 'Y')}" if len(items) > 1 else ks.name] = out
+        outputs[f"{ks.name}.{expr.output.name}" if len(items) > 1 else expr.output.name] = out
     if args.save:
         save_npz(args.save, outputs)
     return 0

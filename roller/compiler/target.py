@@ -9,6 +9,7 @@ decision, the layout choice and the build ask construction once for the same que
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -34,8 +35,9 @@ def local_names() -> list[str]:
 
 
 def _local_files() -> dict[str, Callable[[], Path]]:
-    return {n: (lambda b=b, n=n: b.local_description(n))  # type: ignore[misc]
-            for b in _backends.registry().values() for n in b.local_names}
+    # Each name's file is measured (probed) only when that name is loaded.
+    return {n: functools.partial(b.local_description, n) for b in _backends.registry().values()
+            for n in b.local_names}
 
 
 def load_description(hw: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> HardwareDesc:

@@ -191,3 +191,22 @@ def test_roller_build_and_compile_share_the_kernel_cache(tmp_path: Path) -> None
     assert (tmp_path / "out" / "conv" / k.artifact.main_file).read_text() == k.source
     assert main(["build", "--hw", "h100", str(opfile), "-o", str(tmp_path / "again"), "--no-cache"]) == 0
     assert cache.last_event == "hit"   # --no-cache neither read nor wrote: the last event is still compile's
+
+
+@needs_device
+def test_roller_run_runs_a_kernel_set_folder_at_the_inputs_sizes(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    opfile = tmp_path / "mm.json"
+    opfile.write_text(json.dumps(SYMBOLIC))
+    assert main(["build", "--hw", "pocl-cpu", str(opfile), "-o", str(tmp_path / "out")]) == 0
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((37, 32)).astype(np.float32), rng.standard_normal((32, 48)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", A=a, B=b)
+    assert main(["run", str(tmp_path / "out" / "mm"), "--inputs", str(tmp_path / "in.npz"), "--check",
+                 "--save", str(tmp_path / "y.npz"), "--repeat", "2"]) == 0
+    assert "mm at m=37" in capsys.readouterr().out
+    with np.load(tmp_path / "y.npz") as y:
+        np.testing.assert_allclose(y["C"], a @ b, rtol=1e-4, atol=1e-4)
+    for option in (["--backend", "opencl"], ["--eval"], ["--op", "mm"]):
+        assert main(["run", str(tmp_path / "out" / "mm"), *option]) == 2
+        assert "does not apply to a folder roller build wrote" in capsys.readouterr().err
