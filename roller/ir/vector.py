@@ -1,5 +1,5 @@
 """How a thread's run of outputs along the vector axis becomes vectors on a CPU: one rule for the C-family
-lowering (roller/backends/c_family/plan.py), the probe's register-tile kernels and the model's edge term."""
+lowering (roller/backends/c_family/plan/schedule.py), the probe's register-tile kernels and the model's edge term."""
 from __future__ import annotations
 
 from roller.ir.expr import Affine

@@ -203,6 +203,6 @@ def _lane_gathered(t: TensorDecl, idx: tuple[Affine, ...], axis: str, extents: M
         stride *= size
     if step == 2:
         # a stride-2 run that never leaves the tensor (a padded copy's window) is two loads and their even and
-        # odd lanes (plan._stride2_read); one that needs bounds tests is gathered
+        # odd lanes (plan.vector._stride2_read); one that needs bounds tests is gathered
         return not all(0 <= i.span(extents)[0] and i.span(extents)[1] < size for i, size in zip(idx, t.shape))
     return step != 1

@@ -1,6 +1,6 @@
 """The wmma side of a kernel plan: which staged buffer feeds which fragment, in which layout and stride.
 
-The shared plan (roller/backends/c_family/plan.py) already stages each input's block tile into shared memory
+The shared plan (roller/backends/c_family/plan/lowering.py) already stages each input's block tile into shared memory
 in the tensor's own dimension order; a GEMM operand tile is then either [m][k] or [k][m] (A) and [k][n] or
 [n][k] (B), with a leading dimension that construction padded to whole 16-byte rows
 (roller/construction/matrix.py). This module reads those facts off the plan so the template only spells them.

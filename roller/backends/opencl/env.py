@@ -1,7 +1,7 @@
 """PoCL settings that roller's OpenCL kernels are written for, applied before the OpenCL runtime starts.
 
 Roller's CPU kernels vectorise inside a work-item (OpenCL vector types along a thread's contiguous run, see
-roller/backends/c_family/plan.py). PoCL's default work-group method then also tries to vectorise the loop over
+roller/backends/c_family/plan/vector.py). PoCL's default work-group method then also tries to vectorise the loop over
 a work-group's items, and on the scaled suite that made the vector kernels 1.27x slower in geomean (up to 3x:
 a 7x7 depthwise convolution, 47 vs 152 us), and their times depend on the work-group shape in ways the model
 cannot see. ``loops`` runs the work-items one after another as they are written. A value already in the

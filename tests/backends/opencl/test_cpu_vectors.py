@@ -1,4 +1,4 @@
-"""The CPU kernels' vector path (c_family plan.VecPlan, docs/opencl.md): which reads become broadcasts, vector
+"""The CPU kernels' vector path (c_family plan.types.VecPlan, docs/opencl.md): which reads become broadcasts, vector
 loads or gathered lanes, the edge version for tiles that cross the vector axis's end, the model's matching
 test for lane-gathered reads, and roller's PoCL work-group default. Running the kernels is in
 tests/backends/opencl/test_suite.py (every candidate of a sample of the suite, and hypothesis-drawn irregular shapes)."""

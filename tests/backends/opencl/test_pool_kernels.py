@@ -1,5 +1,5 @@
 """Pooling windows on a CPU: built with and without a padded copy of the input, ranked by the model (which
-charges the copy); the constant divisor of an average taken once per output (plan.hoist_divisor); runs that
+charges the copy); the constant divisor of an average taken once per output (plan.schedule.hoist_divisor); runs that
 cover a vector axis no transaction multiple divides. The kernels run on PoCL against numpy."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Reductions walked in vectors along their innermost axis on a CPU (roller.ir.vector.reduction_vector,
-c_family plan.ReduceVecPlan): which ops take that form, and its kernels run on PoCL against numpy, every
+c_family plan.types.ReduceVecPlan): which ops take that form, and its kernels run on PoCL against numpy, every
 top-5 candidate, over lengths with and without a scalar tail, partial tiles and several reduction axes."""
 from __future__ import annotations
 

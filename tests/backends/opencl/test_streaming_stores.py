@@ -1,7 +1,7 @@
-"""Stores past the caches on a CPU (plan._streamed, docs/opencl.md "Streaming stores"): a description whose global
-memory says ``streaming_stores`` gets non-temporal stores for outputs larger than its caches, only where every
-vector stored whole is whole lines and aligned, with threads ordered along the input's rows. The kernels run on
-PoCL against numpy; GPU descriptions and their backends never stream."""
+"""Stores past the caches on a CPU (plan.schedule.streamed, docs/opencl.md "Streaming stores"): a description
+whose global memory says ``streaming_stores`` gets non-temporal stores for outputs larger than its caches, only
+where every vector stored whole is whole lines and aligned, with threads ordered along the input's rows. The
+kernels run on PoCL against numpy; GPU descriptions and their backends never stream."""
 from __future__ import annotations
 
 import dataclasses

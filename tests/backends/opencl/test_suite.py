@@ -48,7 +48,7 @@ def test_top10_candidates_all_correct() -> None:
 
 @pytest.mark.slow
 def test_top10_candidates_all_correct_cpu_vectors() -> None:
-    """CPU kernels take the vector path (plan.VecPlan): inside/edge flavors, broadcast, contiguous, windowed
+    """CPU kernels take the vector path (plan.types.VecPlan): inside/edge flavors, broadcast, contiguous, windowed
     and gathered reads, views, max/min reductions, elementwise bodies; every top-10 candidate is right."""
     hw = H.load("pocl-cpu")
     for op in SCALED[1::4]:

@@ -1,5 +1,5 @@
 """Transposes on a CPU: reads gathered along the vector axis load whole vectors along the input's rows
-(plan._transposed_read), and tiles of equal predicted time are ordered by the contiguous runs they move
+(plan.vector._transposed_read), and tiles of equal predicted time are ordered by the contiguous runs they move
 (TileGeometry.row_runs), so blocks come out square. The kernels run on PoCL against numpy."""
 from __future__ import annotations
 
