@@ -51,3 +51,9 @@ class ToolchainError(RollerError):
     """A compiler, runtime or device is missing here (exit 5); the message says how to install it."""
 
     exit_code = 5
+
+
+class HostOnlyWarning(UserWarning):
+    """A model compiled to nothing the device runs: every output was computed at import (constant folding),
+    so each run only returns those numbers. Said once, in one line, so that an empty ``m.kernels`` is never a
+    silent success."""

@@ -10,6 +10,8 @@ import importlib
 import os
 import sys
 import traceback
+import warnings
+from typing import TextIO
 
 from roller.errors import RollerError
 
@@ -46,7 +48,14 @@ def _version() -> str:
     return f"roller {__version__}"
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: TextIO | None = None, line: str | None = None) -> None:
+    # Python's own format adds the file, line and source of the call: a user of the command wants the sentence.
+    print(f"roller: warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

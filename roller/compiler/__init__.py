@@ -115,6 +115,14 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
                         progress=progress, source=source)
     built.compile_s = time.perf_counter() - t0
     built.source_file = given.source
+    if not built.on_device:
+        import warnings
+
+        from roller.errors import HostOnlyWarning
+
+        warnings.warn(f"{built.name}: every output was computed at import on the host (the inputs it depends on are "
+                      "constants, or were folded as constants): nothing runs on the device", HostOnlyWarning,
+                      stacklevel=2)
     return built
 
 

@@ -93,6 +93,11 @@ class Model(BuildFolder):
         return [self.by_key[s.kernel] for s in self.plan.steps if isinstance(s, KernelStep)]
 
     @property
+    def on_device(self) -> bool:
+        """Whether a run does work on the device (a kernel or a copy), not only upload and download."""
+        return bool(self.plan.steps)
+
+    @property
     def peak_bytes(self) -> int:
         """Device memory of one model: weights, inputs, outputs and the pool of intermediates."""
         return self.plan.peak_bytes
