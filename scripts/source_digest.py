@@ -120,7 +120,7 @@ def _as_before(name: str, doc: dict[str, Any]) -> dict[str, Any]:
     that the folder loads back (``roller.load``): the values' shapes and types, the padded buffers' and inputs'
     padding, the description's hash and file, the model file's sha256."""
     doc = dict(doc)
-    for key in ("source", "hw_hash", "hw_source", "source_sha256", "values"):
+    for key in ("source", "hw_hash", "hw_source", "source_sha256", "source_file", "values"):
         doc.pop(key, None)
     if name == "plan.json":
         doc["inputs"] = [{**e, "pad": {k: v for k, v in e["pad"].items() if k not in ("value", "dtype")}}

@@ -208,7 +208,9 @@ class Model(BuildFolder):
                      "predicted_ms": sum(by_key[s.kernel].predicted_ms or 0.0 for s in self.plan.steps
                                          if isinstance(s, KernelStep)),
                      "hw_hash": self.hw.content_hash(), "hw_source": self.hw.source,
-                     "source_sha256": file_sha256(Path(self.source_file)) if self.source_file else None}
+                     "source_sha256": file_sha256(Path(self.source_file)) if self.source_file else None,
+                     # where the check finds the model again from any folder ("source" is as the user gave it)
+                     "source_file": str(Path(self.source_file).resolve()) if self.source_file else None}
         write_json(folder / "model.json", model_doc)
         return model_doc
 
@@ -269,7 +271,8 @@ class Model(BuildFolder):
                                        read_json(prog) if prog.is_file() else None)
         graph = Graph(str(model_doc.get("model", path.name)), list(p.inputs), list(p.outputs),
                       {n: v for n, v in values.items() if n in (*p.inputs, *p.outputs, *constants)}, constants)
-        source_file = model_doc.get("source") if isinstance(model_doc.get("source"), str) else None
+        found = [f for f in (model_doc.get("source_file"), model_doc.get("source")) if isinstance(f, str)]
+        source_file = next((f for f in found if Path(f).is_file()), found[0] if found else None)
         proto = None
         if source_file and model_doc.get("source_sha256") and \
                 file_sha256(Path(source_file)) == model_doc["source_sha256"]:
