@@ -1,8 +1,10 @@
-"""The element types Roller knows, in one table: name, bytes, and the numpy types on each side of a kernel.
+"""The element types Roller knows, in one table: name, bytes, kind, and the numpy types on each side of a kernel.
 
 ``host`` is the numpy type a user's array has and the reference computes in; ``storage`` is what a device
-buffer holds. They differ only for bfloat16, which numpy has no type for: users pass float32, and a backend
-that stores bfloat16 passes the upper 16 bits of each float32 (rounded to nearest even) as uint16.
+buffer holds. They differ for bfloat16, which numpy has no type for (users pass float32, and a backend that
+stores bfloat16 passes the upper 16 bits of each float32, rounded to nearest even, as uint16), and for bool,
+which a device holds as one byte, 0 or 1. ``kind`` says how a kernel computes with the type: floating-point
+types in float32, integer ones in their own width (wrapping on overflow, as ONNX and numpy do), bool as 0 or 1.
 """
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ class DType:
     host: type
     storage: type
     ops: bool  # an op's tensors may have it (the others appear only in descriptions' compute peaks)
+    kind: str = "float"  # float | int | uint | bool
+
+    @property
+    def integral(self) -> bool:
+        return self.kind != "float"
 
     def to_storage(self, array: np.ndarray) -> np.ndarray:
         """``array`` (of the host type) as a contiguous buffer of the storage type."""
@@ -39,7 +46,11 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("float32", 4, np.float32, np.float32, ops=True),
     DType("float16", 2, np.float16, np.float16, ops=True),
     DType("bfloat16", 2, np.float32, np.uint16, ops=True),
-    DType("int8", 1, np.int8, np.int8, ops=False),
+    DType("int64", 8, np.int64, np.int64, ops=True, kind="int"),
+    DType("int32", 4, np.int32, np.int32, ops=True, kind="int"),
+    DType("int8", 1, np.int8, np.int8, ops=True, kind="int"),
+    DType("uint8", 1, np.uint8, np.uint8, ops=True, kind="uint"),
+    DType("bool", 1, np.bool_, np.uint8, ops=True, kind="bool"),
 )}
 #: what an op's tensors may be
 OP_DTYPES = tuple(n for n, d in DTYPES.items() if d.ops)

@@ -69,6 +69,9 @@ class Backend(abc.ABC):
     cache_env: ClassVar[tuple[str, ...]] = ()
     #: True when kernels of every description can run through it on a CPU here (shown in hints)
     runs_any_description: ClassVar[bool] = False
+    #: whether it renders typed bodies (integer and bool element types, ``roller.ir.types``); the others refuse
+    #: such an op in one line before constructing it
+    typed_bodies: ClassVar[bool] = False
     #: whether it renders row kernels (``TensorExpr.stages``: one-kernel softmax and layer norm); the fusion
     #: pass builds them only for backends that do
     row_kernels: ClassVar[bool] = True

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from roller.dtypes import dtype as dtype_of
 from roller.errors import CheckError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _check_bound(what: str, out: np.ndarray, b: Bound, dtype: str) -> tuple[floa
         # Where the float64 reference exceeds the output dtype, or the terms' magnitudes the float32
         # accumulator, a correct kernel may overflow (to inf, or to NaN through inf - inf) where the reference
         # does not: an infinity or a NaN is then no error.
-        top = float(np.finfo(np_dtype(dtype)).max)
+        top = math.inf if dtype_of(dtype).integral else float(np.finfo(np_dtype(dtype)).max)
         overflow = ((np.abs(ref) > top) | (b.magnitude > float(np.finfo(np.float32).max))) & ~np.isfinite(o)
         finite = np.isfinite(ref)
         same = (o == ref) | (np.isnan(o) & np.isnan(ref))

@@ -219,6 +219,9 @@ def build_kernel(src: TensorExpr, target: Target, top_k: int = 10, evaluate: boo
     """``src``'s kernel for ``target``: from the kernel cache, or constructed (``target.programs``), rendered
     and, with ``evaluate``, chosen by timing the top-K on this machine's device."""
     hwd, be = target.hw, target.backend
+    if src.typed and not be.typed_bodies:
+        raise InputError(f"{src.name}: the {be.name} backend does not render integer and bool element types yet "
+                         f"(the op computes in {src.acc_dtype}); roller.reference evaluates it")
     if evaluate:
         require_device(be, hwd, why="evaluate=True (timing candidates)")
     use_cache = use_cache and _cache.enabled()

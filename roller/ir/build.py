@@ -8,11 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
 from roller.ir.identifiers import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, Stage, TensorDecl, TensorExpr
+from roller.ir.types import BodyTypes, TypeProblem, typed_body
 
 MAX_ELEMENTS = 2**31 - 1
 # Kernels walk a reduction with a 32-bit counter.
@@ -204,9 +206,28 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
     out = TensorDecl(stmt.output, oshape, dtypes.get(stmt.output, dtype))
     inputs = tuple(TensorDecl(t, tuple(shapes[t]), dtypes.get(t, dtype)) for t in in_names)
     axes = tuple(Axis(a, ext[a], a in red_axes) for a in out_axes + red_axes)
+    acc = _acc_dtype(stmt, {t.name: t.dtype for t in inputs}, out.dtype, reduce_op if red_axes else None, text, ew)
     return TensorExpr(name=name, kind=kind, output=out, out_index=tuple(Affine.axis(a) for a in out_axes),
                       inputs=inputs, axes=axes, reduce_op=reduce_op if red_axes else None, body=stmt.body,
-                      pad_value=float(pad_value), params=tuple(sorted((params or {}).items())))
+                      pad_value=float(pad_value), acc_dtype=acc, params=tuple(sorted((params or {}).items())))
+
+
+def _acc_dtype(stmt: Statement, tensors: dict[str, str], output: str, reduce_op: str | None, text: str,
+               ew: Where) -> str:
+    """What the body computes and accumulates in (roller.ir.types): float32 for a float body; for a typed one
+    its own type, int64 for an integer reduction (whose sum wraps to the output's width when stored)."""
+    try:
+        body_t = BodyTypes(tensors).body(stmt.body, output)
+    except TypeProblem as err:
+        raise expr_error(ew, text, max(err.pos, 0), err.message) from None
+    if not typed_body(stmt.body, tensors) and not dtype_of(output).integral:
+        return "float32"
+    if reduce_op is not None:
+        if body_t == "bool":
+            raise expr_error(ew, text, stmt.op_pos, f"a bool value cannot be reduced with '{stmt.op}' (convert it: "
+                             "int64(...))")
+        return "float32" if body_t == "float32" else "int64"
+    return body_t
 
 
 def _with_epilogue(name: str, text: str, offset: int, epi_text: str, shapes: dict[str, list[int]] | None, *,
@@ -269,7 +290,11 @@ def _with_epilogue(name: str, text: str, offset: int, epi_text: str, shapes: dic
             if lo < 0 or hi >= shape[d]:
                 raise expr_error(ew, text, r.pos + offset, f"index {idx} of {r.tensor} reaches {lo}..{hi}, "
                                  f"outside dimension {d} of size {shape[d]}")
-    return replace(main, inputs=main.inputs + tuple(decls), epilogue=stmt.body)
+    out_expr = replace(main, inputs=main.inputs + tuple(decls), epilogue=stmt.body)
+    if out_expr.typed:
+        raise ew.error("an op with an epilogue computes in float: integer and bool element types and the typed "
+                       "functions are not supported with an epilogue")
+    return out_expr
 
 
 def _with_stages(name: str, text: str, parts: list[str], shapes: dict[str, list[int]] | None, *, dtype: str,
@@ -334,6 +359,9 @@ def _with_stages(name: str, text: str, parts: list[str], shapes: dict[str, list[
     inputs.update({t.name: t for t in main.inputs if t.name not in names})
     # Row axes lead (construction tiles them; each thread walks the rest): the output keeps its own order.
     axes = tuple(a for a in main.axes if a.name in rows) + tuple(a for a in main.axes if a.name not in rows)
+    if any(op.acc_dtype != "float32" for op in (*built, main)):
+        raise ew.error("a row kernel computes in float: integer and bool element types and the typed functions "
+                       "are not supported in one")
     return replace(main, inputs=tuple(inputs.values()), stages=stages, axes=axes)
 
 

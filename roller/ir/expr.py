@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs")
 BINARY_FUNCS = ("max", "min")
-FUNCS = UNARY_FUNCS + BINARY_FUNCS
+# Functions of typed bodies (integer and bool element types, roller.ir.types): comparisons give bool, the logic
+# takes bool, where(c, a, b) selects, isnan/isinf test floats, and a type's name converts to it (ONNX's Cast).
+COMPARE_FUNCS = ("eq", "ne", "lt", "le", "gt", "ge")
+LOGIC_FUNCS = ("and", "or", "xor", "not")
+TEST_FUNCS = ("isnan", "isinf")
+CAST_FUNCS = ("float32", "int64", "int32", "int8", "uint8", "bool")
+TYPED_FUNCS = COMPARE_FUNCS + LOGIC_FUNCS + TEST_FUNCS + CAST_FUNCS + ("where",)
+FUNCS = UNARY_FUNCS + BINARY_FUNCS + TYPED_FUNCS
+#: how many arguments each function takes
+ARITY = {**{f: 1 for f in UNARY_FUNCS + TEST_FUNCS + CAST_FUNCS + ("not",)},
+         **{f: 2 for f in BINARY_FUNCS + COMPARE_FUNCS + ("and", "or", "xor")}, "where": 3}
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +140,7 @@ class AxisValue:
 class Call:
     fn: str
     args: tuple[Expr, ...]
+    pos: int = field(default=-1, compare=False)
 
     def __str__(self) -> str:
         return f"{self.fn}({', '.join(str(a) for a in self.args)})"
@@ -198,7 +209,7 @@ def map_reads(e: Expr, fn) -> Expr:  # fn: Read -> Expr
     if isinstance(e, Read):
         return fn(e)
     if isinstance(e, Call):
-        return Call(e.fn, tuple(map_reads(a, fn) for a in e.args))
+        return Call(e.fn, tuple(map_reads(a, fn) for a in e.args), e.pos)
     if isinstance(e, BinOp):
         return BinOp(e.op, map_reads(e.lhs, fn), map_reads(e.rhs, fn))
     if isinstance(e, Neg):

@@ -38,6 +38,13 @@ def _reserved() -> frozenset[str]:
     return RESERVED | frozenset(FUNCS)
 
 
+@functools.lru_cache(maxsize=1)
+def _typed_funcs() -> frozenset[str]:
+    from roller.ir.expr import TYPED_FUNCS
+
+    return frozenset(TYPED_FUNCS)
+
+
 _TARGET_NAMES = Path(__file__).with_name("reserved_names.txt")
 # Functions the generated kernels call by an unqualified name: a kernel parameter (a tensor) named so would hide
 # the function inside the kernel.
@@ -84,6 +91,8 @@ def check_identifier(name: object) -> str | None:
         return f"expected a name (string), got {name!r}"
     if not _IDENT.match(name):
         return f"{name!r} is not an identifier (letters, digits, '_'; starting with a letter)"
+    if name in _typed_funcs():
+        return f"{name!r} is a function of the index notation; choose another name (e.g. {name}_)"
     if name in _reserved():
         return f"{name!r} is a reserved word in C/CUDA/OpenCL"
     if name.startswith("rl_"):

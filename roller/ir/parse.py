@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from roller.ir.expr import FUNCS, UNARY_FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import ARITY, FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
 
 
 class ParseError(Exception):
@@ -254,11 +254,11 @@ class _Parser:
             args.append(self.expr())
         self.expect(")")
         self.nesting -= 1
-        want = 1 if name.text in UNARY_FUNCS else 2
+        want = ARITY[name.text]
         if len(args) != want:
             raise ParseError(f"{name.text}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}",
                              name.pos)
-        return Call(name.text, tuple(args))
+        return Call(name.text, tuple(args), name.pos)
 
 
 def _aff_add(a: Affine | int, b: Affine | int, sign: int) -> Affine | int:

@@ -66,6 +66,8 @@ def reference(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
     plain = _plain_output(expr)
     if plain is not None:
         return _scatter(expr, reference(plain, bound))
+    if expr.typed:
+        return _typed(expr, bound)[0]
     data = {k: np.asarray(v, dtype=np.float64) for k, v in bound.items()}
     if expr.stages:
         ref, _ = _rows_bound(expr, data, 0.0)
@@ -134,10 +136,57 @@ def _output_grids(expr: TensorExpr) -> dict[str, np.ndarray]:
 
 
 def random_inputs(op: OpLike, seed: int = 0) -> dict[str, np.ndarray]:
-    """Standard-normal inputs of the right shapes and dtypes (what tests and ``roller run`` feed kernels)."""
+    """Inputs of the right shapes and dtypes (what tests and ``roller run`` feed kernels): standard-normal
+    floats; integers uniform in [-64, 64] ([0, 128] unsigned), zeros included, so that divisions by zero and
+    negative operands are exercised; bools fair coins."""
     expr = load_op(op)
     rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.storage_shape).astype(np_dtype(t.dtype)) for t in expr.inputs}
+    out: dict[str, np.ndarray] = {}
+    for t in expr.inputs:
+        kind = dtype(t.dtype).kind
+        if kind == "float":
+            out[t.name] = rng.standard_normal(t.storage_shape).astype(np_dtype(t.dtype))
+        elif kind == "bool":
+            out[t.name] = rng.random(t.storage_shape) < 0.5
+        else:
+            low = 0 if kind == "uint" else -64
+            out[t.name] = rng.integers(low, low + 129, t.storage_shape).astype(np_dtype(t.dtype))
+    return out
+
+
+def _typed(expr: TensorExpr, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(output, sum of |terms| as float64) of a typed op (``roller.ir.typed_eval``): each node in its type,
+    an integer reduction in int64 (wrapping), a float one in float64, the result converted to the output's
+    type."""
+    from roller.ir.typed_eval import convert, evaluate
+    from roller.ir.types import BodyTypes
+
+    types = BodyTypes({t.name: t.dtype for t in expr.tensors})
+    data = {k: np.asarray(v) for k, v in inputs.items()}
+    acc_t = expr.acc_dtype
+    acc: np.ndarray | None = None
+    mag: np.ndarray | None = None
+    for env, shape, red_dims in _chunks(expr):
+        val = np.broadcast_to(evaluate(expr.body, env, data, expr.pad_value, types, acc_t), shape)
+        wide = val.astype(np.float64) if acc_t == "float32" else val
+        size = np.abs(val.astype(np.float64))
+        if red_dims:
+            fold = _FOLDS[str(expr.reduce_op)]
+            wide = fold(wide, axis=red_dims) if expr.reduce_op != "sum" else np.sum(wide, axis=red_dims,
+                                                                                     dtype=wide.dtype)
+            size = np.sum(size, axis=red_dims)
+        if acc is None or mag is None:
+            acc, mag = np.array(wide), np.array(size)
+            continue
+        mag += size
+        if expr.reduce_op == "sum":
+            acc = acc + wide
+        else:
+            acc = (np.maximum if expr.reduce_op == "max" else np.minimum)(acc, wide)
+    assert acc is not None and mag is not None
+    shape = expr.output.shape
+    return (np.asarray(np.broadcast_to(convert(acc, expr.output.dtype), shape)),
+            np.asarray(np.broadcast_to(mag, shape), dtype=np.float64))
 
 
 def _factors(e: Expr) -> tuple[list[Read], float] | None:
@@ -382,6 +431,8 @@ def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -
     if plain is not None:
         b = bound(plain, bound_in)
         return replace(b, ref=_scatter(expr, b.ref), bound=_scatter(expr, b.bound), magnitude=_scatter(expr, b.magnitude))
+    if expr.typed:
+        return _typed_bound(expr, bound_in)
     data = {k: np.asarray(v, dtype=np.float64) for k, v in bound_in.items()}
     u = UNIT_ROUNDOFF.get(expr.acc_dtype, UNIT_ROUNDOFF["float32"])
     out_u = UNIT_ROUNDOFF[expr.output.dtype]
@@ -407,6 +458,24 @@ def bound(op: OpLike, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -
     shape = expr.output.shape
     return Bound(np.asarray(ref, dtype=np.float64).reshape(shape), np.asarray(total).reshape(shape),
                  np.asarray(mag, dtype=np.float64).reshape(shape), points, expr.reduce_op)
+
+
+def _typed_bound(expr: TensorExpr, inputs: Mapping[str, np.ndarray]) -> Bound:
+    """A typed op's reference and bound: an integer or bool output must match exactly; a float one (a cast, a
+    select, float arithmetic beside comparisons) as a float32 evaluation of the body may differ, each function
+    and operation by its ulp limit, a sum by the bound that holds for every order."""
+    ref, mag = _typed(expr, inputs)
+    points = math.prod(a.extent for a in expr.reduce_axes) if expr.reduce_op else 1
+    out = np.asarray(ref, dtype=np.float64)
+    if dtype(expr.output.dtype).integral:
+        return Bound(out, np.zeros_like(out), mag, points, expr.reduce_op)
+    u = UNIT_ROUNDOFF["float32"]
+    out_u = UNIT_ROUNDOFF[expr.output.dtype]
+    ops = 1 + _rounding_count(expr.body) + 16 * sum(1 for n in walk(expr.body) if isinstance(n, Call) and n.fn in _ULPS)
+    per_term = 2 * ops * u * mag
+    total = per_term + (_gamma(points - 1, u) * (mag + per_term) if expr.reduce_op == "sum" and points > 1 else 0)
+    total = total * (1 + out_u) + 2 * out_u * np.abs(out) + _TINY[expr.output.dtype]
+    return Bound(out, np.where(np.isnan(total), np.inf, total), mag, points, expr.reduce_op)
 
 
 def _gamma(n: int, u: float) -> float:

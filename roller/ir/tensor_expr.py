@@ -148,6 +148,17 @@ class TensorExpr:
     stages: tuple[Stage, ...] = ()
     preparation: Preparation | None = field(default=None, compare=False)  # how ``source`` became this form
 
+    @property
+    def typed(self) -> bool:
+        """Whether the op computes with integer or bool values (``roller.ir.types``): it reads or writes such a
+        tensor, or calls a typed function. Only a backend that renders typed bodies builds it."""
+        from roller.ir.types import typed_body
+
+        if DTYPES[self.output.dtype].integral:
+            return True
+        tensors = {t.name: t.dtype for t in self.tensors}
+        return typed_body(self.body, tensors) or (self.epilogue is not None and typed_body(self.epilogue, tensors))
+
     # ---- axes -------------------------------------------------------------------------------------
     @property
     def spatial_axes(self) -> tuple[Axis, ...]:

@@ -59,7 +59,7 @@ matrix_instructions:
 
 SHARED_LAYER = BASE[BASE.index("  - name: shared"):BASE.index("  - name: register")]
 REGISTER_LAYER = BASE[BASE.index("  - name: register"):BASE.index("parallelism:")]
-DTYPE_LIST = "float64, float32, float16, bfloat16, int8"
+DTYPE_LIST = "float64, float32, float16, bfloat16, int64, int32, int8, uint8, bool"
 
 
 def sub(old: str, new: str):

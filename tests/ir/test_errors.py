@@ -135,12 +135,12 @@ def test_both_expr_and_op(tmp_path, capsys):
 
 def test_bad_dtype(tmp_path, capsys):
     assert_error(tmp_path, capsys, {"expr": "Y[i] = X[i]", "shapes": {"X": [4]}, "dtype": "float64"},
-                 " dtype: expected one of float32, float16, bfloat16, got 'float64'")
+                 " dtype: expected one of float32, float16, bfloat16, int64, int32, int8, uint8, bool, got 'float64'")
 
 
 def test_bad_per_tensor_dtype(tmp_path, capsys):
-    assert_error(tmp_path, capsys, {"expr": "Y[i] = X[i]", "shapes": {"X": [4]}, "dtypes": {"X": "int8"}},
-                 " dtypes.X: expected one of float32, float16, bfloat16, got 'int8'")
+    assert_error(tmp_path, capsys, {"expr": "Y[i] = X[i]", "shapes": {"X": [4]}, "dtypes": {"X": "int16"}},
+                 " dtypes.X: expected one of float32, float16, bfloat16, int64, int32, int8, uint8, bool, got 'int16'")
 
 
 def test_bad_pad_value(tmp_path, capsys):
@@ -316,7 +316,8 @@ def test_reduction_index_caret_on_the_read_that_uses_it(tmp_path, capsys):
 def test_unknown_function(tmp_path, capsys):
     assert_error(tmp_path, capsys, {"expr": "Y[i] = X[i] + gelu(X[i])", "shapes": {"X": [4]}},
                  " expr: unknown function 'gelu' (known: exp, log, sqrt, rsqrt, tanh, erf, sigmoid, relu, abs, "
-                 "max, min) (column 15)\n"
+                 "max, min, eq, ne, lt, le, gt, ge, and, or, xor, not, isnan, isinf, float32, int64, int32, int8, "
+                 "uint8, bool, where) (column 15)\n"
                  "  Y[i] = X[i] + gelu(X[i])\n"
                  "                ^")
 
