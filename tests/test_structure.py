@@ -15,6 +15,7 @@ import pytest
 
 import roller
 from roller import backends, cache, settings
+from roller.dtypes import OP_DTYPES
 from roller.errors import InputError
 from roller.hw import SCHEMA_PATH, list_bundled, load, load_text
 from roller.ir import load_ops
@@ -247,7 +248,7 @@ def test_no_backend_name_in_the_core() -> None:
 def test_every_backend_declares_its_facts() -> None:
     for name, b in backends.registry().items():
         assert b.name == name and b.file_ext and b.target_pattern and b.target_hint
-        assert set(b.dtypes) <= {"float32", "float16", "bfloat16"}
+        assert set(b.dtypes) <= set(OP_DTYPES)
         assert set(b.cache_env) <= {k.env for k in settings.knobs()}, name
         for s in b.matrix_support:
             assert s.family in ("wmma", "mfma") and s.input_dtype in b.dtypes

@@ -24,6 +24,7 @@ from roller import cache as _cache
 from roller.backends import Artifact, ordered_inputs, require_device
 from roller.compiler.artifact import BuildFolder
 from roller.compiler.target import Target
+from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
@@ -133,7 +134,11 @@ class Kernel(BuildFolder):
             if result is not target:
                 target[...] = np.asarray(result).reshape(launch_shape)
             return out
-        return np.asarray(result).reshape(self.output_shape)
+        kind = dtype_of(self.op.output.dtype)
+        values = np.asarray(result)
+        if values.dtype == kind.storage and kind.storage != kind.host:   # a bool output comes back as bytes
+            values = kind.from_storage(values)
+        return values.reshape(self.output_shape)
 
     def benchmark(self, repeat: int = 10, warmup: int = 2, inputs: Mapping[str, np.ndarray] | None = None) -> float:
         """Median kernel time in seconds on this machine's device (random inputs, seed 0, unless given)."""

@@ -141,14 +141,14 @@ def test_a_check_holds_integer_outputs_to_exact_equality() -> None:
 
 def test_backends_that_do_not_render_typed_bodies_refuse_in_one_line(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The Poplar backend renders float32 codelets only: a typed op is one line (exit 2), nothing written."""
     op = _op("Y[i] = ids[i] + 1", {"ids": [4]}, ids="int64", Y="int64")
-    for hw in ("pocl-cpu", "h100", "mi50", "ipu-gc200"):
-        with pytest.raises(InputError, match="does not render integer and bool element types yet"):
-            roller.compile(op, hw=hw)
+    with pytest.raises(InputError, match="does not render integer and bool element types yet"):
+        roller.compile(op, hw="ipu-gc200")
     path = tmp_path / "t.json"
     path.write_text(json.dumps(op))
-    assert main(["build", "--hw", "h100", str(path), "-o", str(tmp_path / "out")]) == 2
+    assert main(["build", "--hw", "ipu-gc200", str(path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not render integer and bool" in err
     assert not (tmp_path / "out").exists()
-    assert roller.construct(op, "h100", top_k=2)   # construction itself is type-agnostic
+    assert roller.construct(op, "ipu-gc200", top_k=2)   # construction itself is type-agnostic

@@ -26,9 +26,16 @@ def render(plan: KernelPlan, dialect: Dialect, template_dir: Path, template: str
     env = environment(template_dir)
 
     def from_acc(ctype: str, x: str) -> str:
+        """The accumulator's value ``x`` stored as ``ctype``: a typed body's by its own rules (plan/typed.py)."""
+        if plan.typed_store is not None:
+            return plan.typed_store(ctype, x)
         return dialect.store(ctype, x)
 
-    text = env.get_template(template).render(p=plan, from_acc=from_acc,
+    def pad_of(ctype: str) -> str:
+        """The pad value as an input tile's element (``ctype``), for the points outside the tensor."""
+        return dialect.store(ctype, plan.pad_value)
+
+    text = env.get_template(template).render(p=plan, from_acc=from_acc, pad_of=pad_of,
                                             dialect_stage_vector=dialect.stage_vector, **extra)
     # Templates keep their structure readable; the generated file drops the blank lines that leaves.
     return "\n".join(line for line in text.splitlines() if line.strip()) + "\n"

@@ -28,7 +28,10 @@ STATIC_SMEM_LIMIT = 48 * 1024
 DYN_ALIGN = 128
 
 DIALECT = Dialect(
-    ctype={"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"},
+    ctype={"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int64": "long long", "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char"},
+    unsigned={"int64": "unsigned long long", "int32": "unsigned int", "int8": "unsigned char",
+              "uint8": "unsigned char"},
+    helper_qual="__device__ inline",
     funcs={"exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
            "tanh": "tanhf({0})", "erf": "erff({0})", "sigmoid": "({one} / ({one} + expf(-({0}))))",
            "relu": "rl_relu({0})", "abs": "fabsf({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
@@ -52,7 +55,7 @@ def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[l
 
 
 def _ctype_bytes(ctype: str) -> int:
-    return 4 if ctype == "float" else 2
+    return {"float": 4, "int": 4, "long long": 8, "signed char": 1, "unsigned char": 1}.get(ctype, 2)
 
 
 class CudaBackend(Backend):
@@ -60,7 +63,8 @@ class CudaBackend(Backend):
     file_ext = "cu"
     target_pattern = r"sm_\d+[a-z]?"
     target_hint = "a CUDA target like sm_70"
-    dtypes = ("float32", "float16", "bfloat16")
+    dtypes = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
+    typed_bodies = True
     # The wmma fragment path (matrix.py, the template's wmma branch) for the square 16x16x16 shape, which
     # every NVIDIA part since Volta has for float16 and every one since Ampere for bfloat16.
     matrix_support = (MatrixSupport("wmma", "float16", (16, 16, 16)),

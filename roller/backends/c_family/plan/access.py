@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from roller.backends.c_family.plan.cexpr import affine_c, c_float, index_types, row_major_strides
 from roller.backends.c_family.plan.types import Dialect, TensorPlan, ViewPlan
+from roller.dtypes import dtype as dtype_of
 from roller.ir.expr import Affine
 from roller.ir.tensor_expr import TensorDecl
 
@@ -26,8 +27,10 @@ def tensor_plan(t: TensorDecl, d: Dialect) -> TensorPlan:
         src = [affine_c(i, lambda a: f"rl_v_{a}", "" if it == "int" else it) for i, (it, _) in zip(v.index, types)]
         vp = ViewPlan(subs, src, list(v.source_shape), row_major_strides(v.source_shape), list(t.shape),
                       [it for it, _ in types], [ut for _, ut in types])
-        return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), row_major_strides(t.shape), vp)
-    return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), row_major_strides(t.shape))
+        return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), row_major_strides(t.shape), vp,
+                          raw=dtype_of(t.dtype).integral)
+    return TensorPlan(t.name, d.ctype[t.dtype], list(t.shape), row_major_strides(t.shape),
+                      raw=dtype_of(t.dtype).integral)
 
 
 def flat_coef(idx: tuple[Affine, ...] | list[Affine], strides: list[int], axis: str) -> int:
@@ -92,10 +95,21 @@ def global_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], st
     if tp.view is not None:
         return _view_read(tp, idx, var, pad, d, clamp)
     conds, off = global_address(tp, idx, var, clamp, d)
-    load = d.load(tp.ctype, f"{tp.name}[{off}]")
+    load = element(tp, f"{tp.name}[{off}]", d)
     if not conds:
         return load
-    return f"({' && '.join(conds)} ? {load} : {c_float(pad, d)})"
+    return f"({' && '.join(conds)} ? {load} : {pad_literal(tp, pad, d)})"
+
+
+def element(tp: TensorPlan, at: str, d: Dialect) -> str:
+    """An element as the body reads it: converted to float32, or as it is stored for a typed body's integer and
+    bool tensors."""
+    return at if tp.raw else d.load(tp.ctype, at)
+
+
+def pad_literal(tp: TensorPlan, pad: float, d: Dialect) -> str:
+    """The value a read outside the tensor gives, in the type the read has."""
+    return f"(({tp.ctype}){int(pad)})" if tp.raw else c_float(pad, d)
 
 
 def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float, d: Dialect,
@@ -121,5 +135,5 @@ def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str
             c = c.replace(f"rl_v_{name}", text)
         conds.append(f"({v.src_utypes[dim]})({c}) < {v.src_sizes[dim]}u")
         offs.append(f"({c}) * {v.src_strides[dim]}" if v.src_strides[dim] != 1 else f"({c})")
-    load = d.load(tp.ctype, f"{tp.name}[{' + '.join(offs)}]")
-    return f"({' && '.join(conds)} ? {load} : {c_float(pad, d)})"
+    load = element(tp, f"{tp.name}[{' + '.join(offs)}]", d)
+    return f"({' && '.join(conds)} ? {load} : {pad_literal(tp, pad, d)})"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from roller.backends.c_family.plan.access import global_read, tensor_plan
+from roller.backends.c_family.plan.access import element, global_read, tensor_plan
 from roller.backends.c_family.plan.axes import decode, runtime_axes
 from roller.backends.c_family.plan.cexpr import (
     INT32_MAX,
@@ -40,6 +40,7 @@ from roller.backends.c_family.plan.schedule import (
     vectorise,
     window_inner,
 )
+from roller.backends.c_family.plan.typed import TypedC
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, DimPlan, KernelPlan, TensorPlan
 from roller.backends.c_family.plan.vector import reduce_vec_plan, vec_plan
 from roller.errors import InputError
@@ -152,7 +153,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                     if tp.smem_strides[dim] != 1:
                         expr_c = f"({expr_c}) * {tp.smem_strides[dim]}"
                     terms.append(expr_c)
-                read_exprs[(t.name, idx)] = d.load(tp.ctype, f"{tp.smem}[{' + '.join(terms) or '0'}]")
+                read_exprs[(t.name, idx)] = element(tp, f"{tp.smem}[{' + '.join(terms) or '0'}]", d)
         else:
             # Without staging, padded points of a partial block would read past a tensor's end through a
             # plain spatial index: clamp those (their results are never stored), guard the rest.
@@ -164,7 +165,13 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
 
     # An axis's value: its global coordinate (tile start + local coordinate in a staged kernel).
     axis_c = (lambda a: f"((float)(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"((float){var_global(a)})")
-    body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)], axis=axis_c)
+    typed = None
+    if expr.typed:
+        typed = TypedC(expr, d, lambda r: read_exprs[(r.tensor, r.index)],
+                       (lambda a: f"(rl_s_{a} + rl_l_{a})") if staged else var_global)
+        body = typed.body()
+    else:
+        body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)], axis=axis_c)
     # The epilogue runs where a point is stored, inside the store's guard: its reads index output axes within
     # their extents, so they need neither staging nor bounds tests.
     inside = {ax.name: ax.extent - 1 for ax in spatial}
@@ -179,6 +186,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     out_index = [affine_c(i, var_global) for i in expr.out_index]
     init = {"max": f"(-{d.infinity})", "min": d.infinity}.get(expr.reduce_op or "", c_float(0.0, d))
     combine = combine_stmt(expr.reduce_op, d)
+    if typed is not None:
+        init, combine = typed.acc_init(), typed.combine()
     guard = " && ".join(f"rl_s_{ax.name} + rl_l_{ax.name} < {ax.extent_c or ax.extent}" for ax in reduce
                         if ax.extent_c or ax.extent % ax.block) or ""
     params = [(t.name, d.ctype[t.dtype], False) for t in expr.inputs] + \
@@ -209,4 +218,5 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         vcombine=combine_stmt(expr.reduce_op, d, True) if vec else "",
         body=body, out_index=out_index, epilogue=epilogue, epilogue_inputs=epilogue_inputs,
         pad_value=c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
-        blocked=blocked, vec=vec, rvec=rvec)
+        blocked=blocked, vec=vec, rvec=rvec, typed_store=typed.store if typed is not None else None,
+        helpers=typed.helper_code() if typed is not None else "")

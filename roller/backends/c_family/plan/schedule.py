@@ -160,7 +160,7 @@ def vectorise(prog: RProgram, expr: TensorExpr, spatial: list[AxisPlan], inputs:
     nothing staged, a dialect with vector loads) does. ``(reduction, tile)``: the reduction walked in vectors
     along its innermost axis, ``(axis, width)`` where roller.ir.vector.reduction_vector picks it; else the
     register tile in vectors (``tile_vectors``), whose output streams only where every extent is known here."""
-    if not (blocked and not staged and d.vector_loads):
+    if not (blocked and not staged and d.vector_loads) or expr.typed:   # typed bodies print scalars only
         return None, None
     form = reduction_vector(expr)
     if form is not None:
@@ -278,7 +278,7 @@ def hoist_divisor(expr: TensorExpr) -> TensorExpr:
     PoCL divided every window point, and vector divisions, not memory, set its time."""
     body = expr.body
     if expr.reduce_op != "sum" or not expr.reduce_axes or not isinstance(body, BinOp) or body.op != "/" \
-            or not isinstance(body.rhs, Const):
+            or not isinstance(body.rhs, Const) or expr.typed:   # integer quotients truncate each point
         return expr
     c = body.rhs
     if expr.epilogue is None:

@@ -8,6 +8,7 @@ kernel is made of can be read, and imported, without the code that decides and b
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -38,6 +39,9 @@ class Dialect:
     # in a ushort: without cl_khr_fp16 a half can only be read and written through vload_half/vstore_half)
     conversions: dict[str, tuple[str, str]] = field(default_factory=dict)
     language: str = "C"  # for messages
+    # the unsigned type of each integer element type (typed bodies wrap through it, plan/typed.py)
+    unsigned: dict[str, str] = field(default_factory=dict)
+    helper_qual: str = "inline"  # how a helper function is declared (typed bodies' conversions, divisions)
 
     def load(self, ctype: str, x: str) -> str:
         """Element ``x`` of storage type ``ctype`` as the accumulator type."""
@@ -91,6 +95,8 @@ class TensorPlan:
     # the smallest value of an axis variable where it is not 0 (a kernel version for the threads whose windows
     # stay inside the tensor: schedule.interior)
     lows: dict[str, int] = field(default_factory=dict)
+    # an integer or bool tensor: read as it is stored (a typed body converts it where it is used, plan/typed.py)
+    raw: bool = False
 
 
 @dataclass
@@ -241,6 +247,9 @@ class KernelPlan:
     window_inner: bool = False
     # extents given at launch (RProgram.runtime): (axis, factor) of each axis that runs to factor * RUNTIME_ARG
     runtime: list[tuple[str, int]] = field(default_factory=list)
+    # typed bodies: how the accumulator's value is stored (plan/typed.py), and the helper functions they call
+    typed_store: Callable[[str, str], str] | None = None
+    helpers: str = ""
     n_rtiles_c: str = ""  # the staged reduction's tile count where a reduced axis's extent is an argument
 
     @property
