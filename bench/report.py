@@ -21,9 +21,9 @@ only to order the runs of one day), ``machine`` (else its ``cpu`` or ``device``)
 current) and ``transcribed_from``. Files that predate these fields have them in bench/results/sources.json,
 whose entry wins over the file's own fields; without either, the date comes from the file name.
 
-The ``pocl-``, ``construct-``, ``checks-``, ``compare-`` and ``compile-time-`` files are loose: ``rows`` is
-a list of objects whose keys become the table's columns; ``target`` is shown above the table and ``remark``
-below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
+The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-`` and ``language-`` files are
+loose: ``rows`` is a list of objects whose keys become the table's columns; ``target`` is shown above the
+table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
 optional ``gflops``}]}) and ``memory`` ({``rows``: [{``op``, ``vs_copy``: one ratio or a list, one per run,
 optional ``gbps``, ``copy_gbps``}]}). Expected of compile time (issue 39), one row per build timed::
 
@@ -53,7 +53,8 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "dynamic": "python bench/dynamic.py --json FILE", "fidelity": "python bench/fidelity.py --json FILE",
          "gpu": "bash bench/gpu_session.sh", "pocl": "python bench/pocl.py",
          "construct": "python bench/construct.py", "checks": "the CUDA and HIP compile checks",
-         "compare": "roller compare", "compile-time": "python bench/compile_time.py"}
+         "compare": "roller compare", "compile-time": "python bench/compile_time.py",
+         "language": "python bench/language.py --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -435,7 +436,13 @@ def render(folder: Path = RESULTS) -> str:
               "description it was measured on; older files are named under it. The machines are small shared "
               "virtual machines and noisy, so Roller is timed against a reference in the same process, in "
               "alternating rounds: compare the ratios, not absolute times across tables."), ""]
-    loose = [("compile-time", "Compile time", "Wall time of whole builds, by `bench/compile_time.py`.",
+    loose = [("language", "Language models against onnxruntime (CPU)",
+              ("BERT-base, GPT-2 small and a Llama-style layer, built as their exports are "
+               "(`tests/support/language_graphs.py`), token ids and masks on the device; one run each "
+               "(inputs uploaded, outputs downloaded) against onnxruntime in the same process, alternating, "
+               "medians (`bench/language.py`)."),
+              "Not measured yet: `python bench/language.py --json bench/results/language-DATE.json`."),
+             ("compile-time", "Compile time", "Wall time of whole builds, by `bench/compile_time.py`.",
               ("Not measured yet (issue 39): `bench/compile_time.py` will write "
                "`bench/results/compile-time-*.json`.")),
              ("construct", "Construction time",

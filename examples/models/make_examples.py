@@ -5,9 +5,14 @@
 ``mini_resnet.onnx``: a small ResNet for 3x32x32 images: a 3x3 stem, two residual stages (the second strided,
 with a 1x1 projection), BatchNormalization after every convolution (folded into it at import), global
 average pooling, a fully connected layer and softmax over 10 classes. About 30k parameters.
+
+``mini_bert.onnx``: a two-layer BERT encoder as ``torch.onnx.export`` writes Hugging Face's (hidden size 32, 4
+heads, a vocabulary of 100, 16 tokens): int64 ``input_ids``, ``token_type_ids`` and ``attention_mask`` in,
+``last_hidden_state`` out; built by ``tests/support/language_graphs.py``, which the tests use too.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))   # the repository, for tests.support
 
 
 class Builder:
@@ -84,6 +90,9 @@ def mini_resnet() -> onnx.ModelProto:
 
 
 if __name__ == "__main__":
-    path = HERE / "mini_resnet.onnx"
-    onnx.save(mini_resnet(), path)
-    print(f"wrote {path}")
+    from tests.support.language_graphs import bert
+
+    for name, model in (("mini_resnet", mini_resnet()), ("mini_bert", bert(vocab=100, seq=16, seed=0))):
+        path = HERE / f"{name}.onnx"
+        onnx.save(model, path)
+        print(f"wrote {path}")

@@ -154,9 +154,13 @@ def throughput(expr: TensorExpr, seconds: float) -> tuple[float, str]:
 def compare_outputs(what: str, names: Sequence[str], got: Mapping[str, Any], ref: Mapping[str, Any],
                     by: str) -> dict[str, Any]:
     """Each output against its reference within MODEL_RTOL of the element plus MODEL_ATOL of the output's largest
-    magnitude; CheckError naming the output and the worst element otherwise."""
+    magnitude (integer and bool outputs: equal); CheckError naming the output and the worst element otherwise."""
     worst: dict[str, float] = {}
     for name in names:
+        if not np.issubdtype(np.asarray(got[name]).dtype, np.floating):
+            _compare_exact(what, name, np.asarray(got[name]), np.asarray(ref[name]), by)
+            worst[name] = 0.0
+            continue
         y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
         scale = float(np.max(np.abs(r))) if r.size else 0.0
         bound = MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30
@@ -170,3 +174,14 @@ def compare_outputs(what: str, names: Sequence[str], got: Mapping[str, Any], ref
                              f"{diff[i]:.3g}, bound {bound[i]:.3g})")
         worst[name] = float(diff.max()) if diff.size else 0.0
     return {"ok": True, "reference": by, "max_abs_error": worst}
+
+
+def _compare_exact(what: str, name: str, got: np.ndarray, ref: np.ndarray, by: str) -> None:
+    """An integer or bool output against its reference, element for element (as int64: float64 would round
+    values beyond 2^53)."""
+    y, r = got.astype(np.int64), ref.astype(np.int64).reshape(got.shape)
+    bad = y != r
+    if bad.any():
+        i = tuple(int(k) for k in np.argwhere(bad)[0])
+        raise CheckError(f"{what}: output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; "
+                         f"first at {list(i)}: got {y[i]}, expected {r[i]}")

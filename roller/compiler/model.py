@@ -30,6 +30,7 @@ from roller.compiler.artifact import BuildFolder, BuiltKernel
 from roller.compiler.check import compare_outputs
 from roller.compiler.kernel import Kernel, build_kernel
 from roller.compiler.target import Target
+from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.graph import Graph, InputPad, OpNode, Plan, kernel_key, plan, unique_kernels
 from roller.graph.fusion import FusionReport
@@ -132,8 +133,20 @@ class Model(BuildFolder):
         return values[0] if len(values) == 1 else values
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Inputs to check and time with: standard normal floats; integers in [0, RANDOM_INT_HIGH) (token ids of
+        any vocabulary, positions, mask values) and bools."""
         rng = np.random.default_rng(seed)
-        return {n: rng.standard_normal(self.graph.values[n].shape).astype(np.float32) for n in self.input_names}
+        out = {}
+        for n in self.input_names:
+            v = self.graph.values[n]
+            kind = dtype_of(v.dtype)
+            if kind.kind == "bool":
+                out[n] = rng.integers(0, 2, v.shape).astype(bool)
+            elif kind.integral:
+                out[n] = rng.integers(0, RANDOM_INT_HIGH, v.shape).astype(kind.host)
+            else:
+                out[n] = rng.standard_normal(v.shape).astype(np.float32)
+        return out
 
     def benchmark(self, repeat: int = 10, warmup: int = 2, inputs: Mapping[str, Any] | None = None) -> float:
         """Median seconds of one run's device work (inputs uploaded beforehand, outputs not downloaded)."""
@@ -293,6 +306,8 @@ class Model(BuildFolder):
 
 
 FUSE_METHODS = ("solver", "greedy", "none")
+#: random integer inputs lie in [0, this): a valid token id of any vocabulary, position and mask value
+RANDOM_INT_HIGH = 2
 
 
 def fuse_method(fuse: object) -> str:

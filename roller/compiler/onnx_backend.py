@@ -9,13 +9,14 @@ inputs as a list (in the model's input order) or a dict and returns the outputs 
 compiled ``roller.compiler.model.Model``. ``run_model`` and ``run_node`` prepare and run at once. Devices: ``CPU``
 runs on this machine's OpenCL device (PoCL here) with any description's kernels; ``CUDA`` needs an NVIDIA GPU.
 
-Roller compiles for static shapes, and its kernels read float tensors only. A model that leaves input sizes
-open, or takes integer or boolean inputs (the axes, shapes, pads or indices that ONNX lets a caller pass at run
-time), is therefore compiled at its first ``run``: with the sizes of the arrays given, and with the values of
-its integer and boolean inputs folded into the model as constants, as well as those of the float inputs that a
-translation needs as constants (Resize's scales, Pad's value; ``specialize=False`` turns all this off:
-``prepare`` then refuses such a model). A later run with other sizes or other values of those inputs compiles
-again (each specialisation is kept), so the results are always those of the values given.
+Roller compiles for static shapes. A model that leaves input sizes open, or takes inputs that a translation
+needs as constants (the axes, shapes, pads or scales that ONNX lets a caller pass at run time), is therefore
+compiled at its first ``run``: with the sizes of the arrays given, and with the values of those inputs folded
+into the model as constants, as well as those of integer inputs of a type no kernel holds (int16, uint16,
+uint32, uint64; ``specialize=False`` turns all this off: ``prepare`` then refuses such a model). A later run
+with other sizes or other values of those inputs compiles again (each specialisation is kept), so the results
+are always those of the values given. Integer and bool inputs that kernels read (token ids, masks) stay inputs:
+new values compile nothing.
 """
 from __future__ import annotations
 
@@ -32,12 +33,10 @@ from roller.frontends.onnx.context import NeedsConstant
 
 #: the description used when ``prepare`` is not told one, per ONNX device kind
 DEFAULT_HW = {"CPU": "pocl-cpu", "CUDA": "h100"}
-#: ONNX element types whose inputs a kernel reads
-FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
-#: the element types of inputs that are specialised (folded into the model at the first run): integers and bool
-SPECIALISED_TYPES = frozenset({onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
-                               onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
-                               onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
+#: the element types of inputs that are specialised (folded into the model at the first run): the integer types
+#: no kernel holds
+SPECIALISED_TYPES = frozenset({onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+                               onnx.TensorProto.UINT64})
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -49,6 +48,25 @@ def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 def _is_static(inp: onnx.ValueInfoProto) -> bool:
     t = inp.type.tensor_type
     return t.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in t.shape.dim)
+
+
+def _inputs_behind(model: onnx.ModelProto, name: str) -> list[str]:
+    """The graph inputs whose values ``name`` is computed from (itself, where it is one): what to fold so that a
+    translation that needs ``name`` as a constant (Pad's pads computed from an integer input) finds one."""
+    inputs = {i.name for i in _graph_inputs(model)}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found: list[str] = []
+    todo, seen = [name], set()
+    while todo:
+        v = todo.pop()
+        if v in seen or not v:
+            continue
+        seen.add(v)
+        if v in inputs:
+            found.append(v)
+        elif v in producer and producer[v].op_type not in ("Shape", "Size"):   # those read sizes, not values
+            todo.extend(producer[v].input)
+    return sorted(found)
 
 
 def compile_checked(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -124,6 +142,8 @@ class RollerRep(BackendRep):
         """The compiled model for these inputs' sizes and specialised values (compiled once per distinct key).
         An input a translation needs as a constant (NeedsConstant: Resize's scales, Pad's value...) joins the
         specialised inputs, for this run and the later ones."""
+        # an empty input (an empty axes list...) is no value a kernel reads: its (lack of) values are folded
+        self._specialised.extend(n for n in self.input_names if feeds[n].size == 0 and n not in self._specialised)
         key = self._key(feeds)
         while key not in self._compiled:
             proto = onnx.ModelProto()
@@ -137,9 +157,10 @@ class RollerRep(BackendRep):
             try:
                 model = compile_checked(proto, shapes, **self._options)
             except NeedsConstant as err:
-                if err.name not in self.input_names or err.name in self._specialised:
+                new = [n for n in _inputs_behind(self._proto, err.name) if n not in self._specialised]
+                if not new:
                     raise
-                self._specialised.append(err.name)
+                self._specialised.extend(new)
                 key = self._key(feeds)
                 continue
             self._compiled[key] = model
@@ -196,7 +217,7 @@ class RollerBackend(Backend):
             try:
                 return RollerRep(model, compile_checked(model, shapes, **options))
             except NeedsConstant as err:
-                if not specialize or err.name not in {i.name for i in inputs}:
+                if not specialize or not _inputs_behind(model, err.name):
                     raise
         return RollerRep(model, options=options)
 

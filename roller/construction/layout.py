@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from roller.hw import HardwareDesc
-from roller.ir.expr import Affine, Read
+from roller.ir.expr import Affine, Read, gathers
 from roller.ir.layout import PackedLayout
 from roller.ir.tensor_expr import Axis, TensorExpr
 from roller.perf.traffic import TileGeometry
@@ -42,7 +42,7 @@ def packed_variants(expr: TensorExpr, constants: Iterable[str], block: int = 0) 
     and no other input moves with it (those become broadcasts), where the axis is long enough to vectorise,
     and where the result differs from ``expr``. With ``block``, also each blocked layout (``_blocked_variants``)."""
     spatial = [a.name for a in expr.spatial_axes]
-    if not spatial or expr.preparation is not None:
+    if not spatial or expr.preparation is not None or gathers(expr.body):   # a gathered read names its dimension
         return []
     out = []
     for name in [t.name for t in expr.body_inputs if t.name in set(constants)]:

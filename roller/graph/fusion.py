@@ -26,8 +26,20 @@ from dataclasses import dataclass, replace
 
 from roller.graph.ir import Graph, OpNode, ViewNode
 from roller.graph.passes import remove_dead
-from roller.ir.expr import Affine, AxisValue, Expr, Read, axis_values, flop_count, map_reads, reads, walk
+from roller.ir.expr import (
+    Affine,
+    AxisValue,
+    Expr,
+    Read,
+    axis_values,
+    flop_count,
+    gathers,
+    map_reads,
+    reads,
+    walk,
+)
 from roller.ir.tensor_expr import Stage, TensorDecl, TensorExpr
+from roller.ir.types import BodyTypes, compute_dtype
 
 #: a producer recomputed in each of several readers costs at most this many operations per element
 MAX_DUPLICATED_FLOPS = 8
@@ -81,7 +93,7 @@ def fold_step(g: Graph, p: OpNode, c: OpNode) -> OpNode | None:
         return None
     names = {t.name for t, val in zip(c.expr.inputs, c.inputs) if val == p.output}
     fused = fold_epilogue(p.expr, c.expr, names)
-    if fused is None:
+    if fused is None or not _renderable(fused):
         return None
     others = tuple(val for val in c.inputs if val != p.output)
     return OpNode(p.name, fused, p.inputs + others, c.output, f"{p.origin} + {c.origin}".strip(" +"))
@@ -90,7 +102,7 @@ def fold_step(g: Graph, p: OpNode, c: OpNode) -> OpNode | None:
 def inline_step(g: Graph, p: OpNode) -> list[tuple[OpNode, OpNode]] | None:
     """(reader, the reader with ``p`` inlined) for every reader of the elementwise ``p``, or None where ``p``
     cannot be inlined into all of them."""
-    if p.expr.reduce_axes or p.output in g.outputs or axis_values(p.expr.body):
+    if p.expr.reduce_axes or p.output in g.outputs or axis_values(p.expr.body) or _narrowing(p.expr):
         return None
     readers: list[OpNode] = []
     for n in _readers(g, p.output, g.consumers()):
@@ -104,7 +116,7 @@ def inline_step(g: Graph, p: OpNode) -> list[tuple[OpNode, OpNode]] | None:
     out = []
     for c in readers:
         fused = _inline_into(g, p, c) if moves or _injective(g, p, c) else None
-        if fused is None:
+        if fused is None or not _renderable(fused.expr):
             return None
         out.append((c, fused))
     return out
@@ -151,6 +163,8 @@ def stage_step(g: Graph, r: OpNode, e: OpNode) -> OpNode | None:
     inputs += [(TensorDecl(fresh[t.name], t.shape, t.dtype), v) for t, v in zip(r.expr.inputs, r.inputs)]
     axes = tuple(a for a in expr.axes if a.name in rows) + tuple(cols)
     fused = replace(staged, inputs=tuple(t for t, _ in inputs), axes=axes, source=None, preparation=None)
+    if not _renderable(fused):
+        return None
     return OpNode(e.name, fused, tuple(v for _, v in inputs), e.output, f"{r.origin} + {e.origin}".strip(" +"))
 
 
@@ -213,6 +227,25 @@ def foldable(g: Graph, p: OpNode) -> bool:
         if not q.expr.reduce_axes and _private(g, v, p) and foldable(g, q):
             return True
     return False
+
+
+def _renderable(expr: TensorExpr) -> bool:
+    """Whether a fused operator is one the backends build: epilogues and row kernels compute in float, so no
+    integer or bool value may take part in them (``roller.ir.build``); a read through a run-time index belongs
+    to an elementwise operator (a reduction stages its tiles, and a gathered row is no tile)."""
+    if expr.reduce_axes and gathers(expr.body):
+        return False
+    return not expr.typed or (expr.epilogue is None and not expr.stages)
+
+
+def _narrowing(expr: TensorExpr) -> bool:
+    """Whether an elementwise op's store changes its values: a typed body computed in a type other than the one
+    its output holds (an int64 sum stored as int32 wraps there), so that inlining it would skip the conversion.
+    (Float bodies computing in float32 for a float16 output are inlined, as they always were.)"""
+    if not expr.typed:
+        return False
+    tensors = {t.name: t.dtype for t in expr.tensors}
+    return BodyTypes(tensors).body(expr.body, expr.output.dtype) != compute_dtype(expr.output.dtype)
 
 
 def _readers(g: Graph, value: str, consumers: dict[str, list]) -> list:
@@ -332,7 +365,8 @@ def inline_read(p: TensorExpr, c: TensorExpr, tname: str, read_shape: tuple[int,
     could leave ``tname`` (the pad value would then apply to ``p``'s result, not its inputs), ``p`` reads
     outside its inputs, or the shapes are not a split of ``p``'s output."""
     if p.reduce_axes or p.epilogue is not None or p.stages or c.stages or not _inside(p) or \
-            any(isinstance(n, AxisValue) for n in walk(p.body)):
+            any(isinstance(n, AxisValue) for n in walk(p.body)) or \
+            any(g.source.tensor == tname for g in gathers(c.body)):   # a gathered row is read, not recomputed
         return None
     groups = _split(tuple(p.output.storage_shape), read_shape)
     p_out = [i.plain_axis() for i in p.out_index]

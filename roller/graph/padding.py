@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from roller.graph.ir import Border, Graph, OpNode, Value
+from roller.ir.expr import gathers
 from roller.ir.fuse import read_padded, write_padded
 from roller.ir.tensor_expr import TensorExpr
 
@@ -78,7 +79,9 @@ def _held(graph: Graph, name: str, read_pads: Callable[[TensorExpr], Mapping[str
     if len(made) != 1 or not isinstance(made[0], OpNode) or made[0].expr.stages:
         return None
     readers = [n for n in graph.nodes if name in n.reads]
-    if not readers or not all(isinstance(n, OpNode) for n in readers):
+    if not readers or not all(isinstance(n, OpNode) for n in readers) or \
+            any(gathers(n.expr.body) for n in readers):   # type: ignore[union-attr]  # OpNodes, tested above
+        # (a read through a run-time index addresses the dimension as it is: no border may shift it)
         return None
     wanted: set[tuple[Pads, float]] = set()
     for n in readers:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
-from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, reads, walk
+from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, gathers, reads, walk
 from roller.ir.identifiers import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, Stage, TensorDecl, TensorExpr
@@ -108,6 +108,10 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
                              f"axis {ax!r} appears twice in the output {stmt.output}")
         out_axes.append(ax)
 
+    for g in gathers(stmt.body):
+        if stmt.op != "=":
+            raise expr_error(ew, text, g.source.pos, f"a read through a run-time index ({g}) is supported in "
+                                                     "elementwise ops ('=') only")
     body_reads = reads(stmt.body)
     in_names: list[str] = []
     for r in body_reads:

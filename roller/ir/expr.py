@@ -167,7 +167,25 @@ class Neg:
         return f"-{_wrap(self.x, 3, right=True)}"
 
 
-Expr = Const | Read | Call | BinOp | Neg | AxisValue
+@dataclass(frozen=True)
+class Gather:
+    """A read through a run-time index: ``source`` with its index at ``dim`` taken from ``index`` (an integer
+    value, usually a read of an index tensor: ``E[ids[i], d]``). ``source.index[dim]`` is a placeholder (the
+    constant 0), so that every analysis of reads sees one element per point, as the kernel reads. The index
+    wraps once when negative (ONNX's ``-1`` is the last) and is then clamped into the dimension: no index ever
+    reads outside the tensor (``roller.ir.typed_eval.gather_index``)."""
+
+    source: Read
+    dim: int
+    index: Expr
+
+    def __str__(self) -> str:
+        parts = [str(i) for i in self.source.index]
+        parts[self.dim] = str(self.index)
+        return f"{self.source.tensor}[{','.join(parts)}]"
+
+
+Expr = Const | Read | Call | BinOp | Neg | AxisValue | Gather
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 
@@ -190,6 +208,13 @@ def walk(e: Expr) -> Iterator[Expr]:
         yield from walk(e.rhs)
     elif isinstance(e, Neg):
         yield from walk(e.x)
+    elif isinstance(e, Gather):
+        yield e.source
+        yield from walk(e.index)
+
+
+def gathers(e: Expr) -> list[Gather]:
+    return [n for n in walk(e) if isinstance(n, Gather)]
 
 
 def reads(e: Expr) -> list[Read]:
@@ -214,4 +239,9 @@ def map_reads(e: Expr, fn) -> Expr:  # fn: Read -> Expr
         return BinOp(e.op, map_reads(e.lhs, fn), map_reads(e.rhs, fn))
     if isinstance(e, Neg):
         return Neg(map_reads(e.x, fn))
+    if isinstance(e, Gather):
+        source = fn(e.source)
+        if not isinstance(source, Read):   # a gathered element is read, never recomputed in place
+            raise TypeError(f"a gathered read of {e.source.tensor} cannot be replaced by an expression")
+        return Gather(source, e.dim, map_reads(e.index, fn))
     return e

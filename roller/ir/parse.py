@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from roller.ir.expr import ARITY, FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import ARITY, FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Gather, Neg, Read
 
 
 class ParseError(Exception):
@@ -137,6 +137,32 @@ class _Parser:
                 got = "end of expression" if t.kind == "end" else repr(t.text)
                 raise ParseError(f"expected ',' or ']', got {got}", t.pos)
 
+    def read(self, name: _Tok) -> Expr:
+        """A tensor read; one of its indices may be a run-time value, an integer expression that starts with a read
+        of an index tensor (``E[ids[i], d]``, ``X[b, idx[j] + 1]``: a Gather)."""
+        self.expect("[")
+        items: list[Affine] = []
+        gathered: tuple[int, Expr] | None = None
+        if self.peek().text == "]":
+            self.next()
+        while self.toks[self.i - 1].text != "]":
+            t = self.peek()
+            if t.kind == "name" and self.toks[self.i + 1].text == "[":
+                if gathered is not None:
+                    raise ParseError("a read takes one run-time index at most", t.pos)
+                self.enter(t.pos)
+                gathered = (len(items), self.expr())   # an integer expression starting with a read
+                self.nesting -= 1
+                items.append(Affine((), 0))
+            else:
+                items.append(self.index())
+            t = self.next()
+            if t.text not in (",", "]"):
+                got = "end of expression" if t.kind == "end" else repr(t.text)
+                raise ParseError(f"expected ',' or ']', got {got}", t.pos)
+        source = Read(name.text, tuple(items), name.pos)
+        return source if gathered is None else Gather(source, gathered[0], gathered[1])
+
     # Index expressions: + - * over integers and axis names; products of two axes are rejected.
     def index(self) -> Affine:
         value = self.index_sum()
@@ -236,7 +262,7 @@ class _Parser:
             if self.peek().text == "(":
                 return self.call(t)
             if self.peek().text == "[":
-                return Read(t.text, self.index_list(), t.pos)
+                return self.read(t)
             if t.text == "inf":
                 return Const(float("inf"))
             return AxisValue(t.text, t.pos)  # a bare name is an axis's value (checked to be an axis later)

@@ -157,7 +157,8 @@ class TensorExpr:
         if DTYPES[self.output.dtype].integral:
             return True
         tensors = {t.name: t.dtype for t in self.tensors}
-        return typed_body(self.body, tensors) or (self.epilogue is not None and typed_body(self.epilogue, tensors))
+        return typed_body(self.body, tensors) or (self.epilogue is not None and typed_body(self.epilogue, tensors)) \
+            or any(typed_body(st.body, tensors) for st in self.stages)
 
     # ---- axes -------------------------------------------------------------------------------------
     @property

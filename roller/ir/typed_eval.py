@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from roller.dtypes import dtype as dtype_of
-from roller.ir.expr import CAST_FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import CAST_FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Gather, Neg, Read
 from roller.ir.types import WEAK_FLOAT, WEAK_INT, BodyTypes, meet, resolve
 
 
@@ -41,6 +41,13 @@ def convert(values: np.ndarray, to: str) -> np.ndarray:
         out = np.where(low, info.min, np.where(high, info.max, out))
         return out.astype(target.host)
     return x.astype(np.int64).astype(target.host) if x.dtype == np.bool_ else x.astype(target.host)
+
+
+def gather_index(values: np.ndarray, n: int) -> np.ndarray:
+    """Run-time indices into a dimension of ``n``: a negative one counts from the end once (ONNX's Gather), and
+    what is still outside is clamped to the nearest end, as every backend renders it (never a read outside)."""
+    v = np.asarray(values, dtype=np.int64)
+    return np.clip(np.where(v < 0, v + n, v), 0, n - 1)
 
 
 def _index(a: Affine, env: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -74,16 +81,11 @@ class _Eval:
         if isinstance(e, AxisValue):
             return np.asarray(self.env[e.axis]).astype(np_t)
         if isinstance(e, Read):
-            arr = self.data[e.tensor]
-            idx = [_index(i, self.env) for i in e.index]
-            ok = np.bool_(True)
-            clipped = []
-            for d, ix in enumerate(idx):
-                ok = ok & (ix >= 0) & (ix < arr.shape[d])
-                clipped.append(np.clip(ix, 0, arr.shape[d] - 1))
-            vals = arr[tuple(clipped)] if clipped else arr[()]
-            vals = convert(vals, t) if vals.dtype != np_t else vals
-            return np.where(ok, vals, convert(np.asarray(self.pad), t))
+            return self._read(e, t, [_index(i, self.env) for i in e.index])
+        if isinstance(e, Gather):
+            idx = [_index(i, self.env) for i in e.source.index]
+            idx[e.dim] = gather_index(self(e.index, "int64"), self.data[e.source.tensor].shape[e.dim])
+            return self._read(e.source, t, idx)
         if isinstance(e, Neg):
             return np.negative(self(e.x, t))
         if isinstance(e, BinOp):
@@ -95,6 +97,19 @@ class _Eval:
         if isinstance(e, Call):
             return self._call(e, t)
         raise TypeError(e)
+
+    def _read(self, e: Read, t: str, idx: list[np.ndarray]) -> np.ndarray:
+        """``e``'s tensor at the index arrays ``idx``, in type ``t``; points outside it give the pad value."""
+        np_t = np_compute(t)
+        arr = self.data[e.tensor]
+        ok = np.bool_(True)
+        clipped = []
+        for d, ix in enumerate(idx):
+            ok = ok & (ix >= 0) & (ix < arr.shape[d])
+            clipped.append(np.clip(ix, 0, arr.shape[d] - 1))
+        vals = arr[tuple(clipped)] if clipped else arr[()]
+        vals = convert(vals, t) if vals.dtype != np_t else vals
+        return np.where(ok, vals, convert(np.asarray(self.pad), t))
 
     def _call(self, e: Call, t: str) -> np.ndarray:
         fn, args = e.fn, e.args

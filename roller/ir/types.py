@@ -32,6 +32,7 @@ from roller.ir.expr import (
     Call,
     Const,
     Expr,
+    Gather,
     Neg,
     Read,
     walk,
@@ -117,6 +118,12 @@ class BodyTypes:
             return meet(a, b)
         if isinstance(e, Call):
             return self._call(e)
+        if isinstance(e, Gather):
+            t = self.of(e.index)
+            if t == "bool" or not dtype_of(resolve(t, "int64")).integral:
+                raise TypeProblem(f"the run-time index of {e.source.tensor} must be an integer, got "
+                                  f"{resolve(t, 'float32')}", _pos(e.index))
+            return compute_dtype(self.tensors[e.source.tensor])
         raise TypeError(e)
 
     def _call(self, e: Call) -> str:

@@ -60,9 +60,7 @@ class Executor:
             arr = np.asarray(inputs[name])
             if tuple(arr.shape) != v.shape:
                 raise InputError(f"input {name!r} has shape {list(arr.shape)}, the model takes {list(v.shape)}")
-            if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-                raise InputError(f"input {name!r} has dtype {arr.dtype}, the model takes {v.dtype}")
-            out[name] = np.ascontiguousarray(arr, dtype=dtype_of(v.dtype).host)
+            out[name] = np.ascontiguousarray(_checked_type(name, arr, v.dtype), dtype=dtype_of(v.dtype).host)
         return out
 
     def enqueue(self) -> None:
@@ -121,3 +119,25 @@ class Executor:
             if i >= warmup:
                 out.append(time.perf_counter() - t)
         return out
+
+
+def _checked_type(name: str, arr: np.ndarray, want: str) -> np.ndarray:
+    """``arr`` if it may be fed where element type ``want`` is taken: floats and integers for a float input (as
+    before: numbers convert), integers whose values the type holds for an integer input, bool for a bool input;
+    InputError otherwise (a float fed where int64 is declared would be truncated silently)."""
+    kind = dtype_of(want)
+    if kind.kind == "bool":
+        ok = arr.dtype == np.bool_
+    elif kind.integral:
+        ok = np.issubdtype(arr.dtype, np.integer)
+        if ok and arr.size and np.dtype(arr.dtype) != np.dtype(kind.host):
+            info = np.iinfo(kind.host)
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                raise InputError(f"input {name!r} holds {lo if lo < info.min else hi}, outside {want}'s range "
+                                 f"[{info.min}, {info.max}]")
+    else:
+        ok = np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    if not ok:
+        raise InputError(f"input {name!r} has dtype {arr.dtype}, the model takes {want}")
+    return arr

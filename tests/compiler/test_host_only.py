@@ -29,12 +29,22 @@ def _constant_only() -> onnx.ModelProto:
 
 
 def _ids_plus_one() -> onnx.ModelProto:
-    """Token ids cast to float and shifted: int64 ids are folded as constants by the ONNX backend."""
+    """Token ids cast to float and shifted: the ids stay an input the device reads."""
     nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
              helper.make_node("Add", ["f", "one"], ["y"])]
     one = numpy_helper.from_array(np.ones((1,), np.float32), "one")
     g = helper.make_graph(nodes, "ids_plus_one", [helper.make_tensor_value_info("ids", TensorProto.INT64, [4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], initializer=[one])
+    return helper.make_model(g, opset_imports=OPSET)
+
+
+def _reshaped_by_input() -> onnx.ModelProto:
+    """A constant reshaped by a shape the caller passes: the ONNX backend folds the shape in, and then every
+    output is computed at import."""
+    c = numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32), "c")
+    nodes = [helper.make_node("Reshape", ["c", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    g = helper.make_graph(nodes, "reshaped", [helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])], initializer=[c])
     return helper.make_model(g, opset_imports=OPSET)
 
 
@@ -66,11 +76,24 @@ def test_a_model_that_runs_on_the_device_says_nothing() -> None:
 def test_the_onnx_backend_reports_folded_run_time_inputs() -> None:
     from roller.compiler import onnx_backend
 
-    rep = onnx_backend.prepare(_ids_plus_one(), device="CPU")
+    rep = onnx_backend.prepare(_reshaped_by_input(), device="CPU")
     with pytest.warns(HostOnlyWarning, match="folded as constants"):
+        (y,) = rep.run([np.array([2, 3], np.int64)])
+    np.testing.assert_array_equal(y, np.maximum(np.linspace(-1, 1, 6, dtype=np.float32), 0).reshape(2, 3))
+    assert rep.specialised_inputs == ["shape"] and not rep.model.kernels
+
+
+@needs_device
+def test_token_ids_are_no_longer_folded() -> None:
+    """Before integer tensors lived on the device, the ids were folded in and nothing ran there."""
+    from roller.compiler import onnx_backend
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HostOnlyWarning)
+        rep = onnx_backend.prepare(_ids_plus_one(), device="CPU")
         (y,) = rep.run([np.array([3, 1, 4, 1], np.int64)])
     np.testing.assert_array_equal(y, [4, 2, 5, 2])
-    assert rep.specialised_inputs == ["ids"] and not rep.model.kernels
+    assert rep.specialised_inputs == [] and rep.model.on_device
 
 
 @needs_device

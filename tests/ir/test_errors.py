@@ -292,11 +292,18 @@ def test_division_in_index(tmp_path, capsys):
                  "            ^")
 
 
-def test_indirect_index(tmp_path, capsys):
+def test_indirect_index_must_be_an_integer(tmp_path, capsys):
     assert_error(tmp_path, capsys, {"expr": "Y[i] = X[Z[i]]", "shapes": {"X": [8], "Z": [4]}},
-                 " expr: non-affine index: Z[... (column 10)\n"
+                 " expr: the run-time index of X must be an integer, got float32 (column 10)\n"
                  "  Y[i] = X[Z[i]]\n"
                  "           ^")
+
+
+def test_index_that_is_neither_affine_nor_a_read(tmp_path, capsys):
+    assert_error(tmp_path, capsys, {"expr": "Y[i] = X[2*Z[i]]", "shapes": {"X": [8], "Z": [4]}},
+                 " expr: non-affine index: Z[... (column 12)\n"
+                 "  Y[i] = X[2*Z[i]]\n"
+                 "             ^")
 
 
 def test_reduction_index_with_plain_assignment(tmp_path, capsys):

@@ -1,13 +1,22 @@
 """ONNX import (opsets 11 to the onnx package's newest) on the ``onnx`` package: ``import_model(model, shapes=None)``.
 
-Translations live by kind of op: ``elementwise`` (arithmetic with broadcasting, activations), ``nn``
-(convolutions, matrix products, pooling, reductions), ``normalize`` (softmax and the normalisations),
-``tensor`` (views, copies, transposes, padding, resizing), ``attention`` and ``losses``; ``rewrite`` folds batch norms into
-convolutions first.
+Translations live by kind of op: ``elementwise`` (arithmetic with broadcasting, activations, casts), ``logic``
+(comparisons, bool logic, Where, Mod), ``nn`` (convolutions, matrix products, pooling, reductions),
+``normalize`` (softmax and the normalisations), ``tensor`` (views, copies, transposes, padding, resizing),
+``positions`` (CumSum, ArgMax/ArgMin, Trilu), ``attention`` and ``losses``; ``rewrite`` folds batch norms into convolutions first.
 """
 from __future__ import annotations
 
-from roller.frontends.onnx import attention, elementwise, losses, nn, normalize, tensor  # noqa: F401 - they register
+from roller.frontends.onnx import (  # noqa: F401 - they register
+    attention,
+    elementwise,
+    logic,
+    losses,
+    nn,
+    normalize,
+    positions,
+    tensor,
+)
 from roller.frontends.onnx.context import TRANSLATORS
 from roller.frontends.onnx.importer import ModelLike, import_model, load_model
 

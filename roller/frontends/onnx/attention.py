@@ -19,6 +19,9 @@ from roller.frontends.onnx.normalize import FLT_MIN
 from roller.frontends.onnx.tensor import pad_kernel, permute
 from roller.graph.ir import Piece
 
+#: the lowest finite value of each float type (the row maximum's floor, stored in the scores' type)
+LOWEST = {"float32": -FLT_MAX, "float16": -65504.0, "bfloat16": -3.3895313892515355e38}
+
 #: what ``qk_matmul_output`` holds per ``qk_matmul_output_mode``
 QK_MODES = {0: "qk", 1: "qk", 2: "biased", 3: "softmax"}
 
@@ -172,22 +175,24 @@ def attention(ctx: Context, node: onnx.NodeProto) -> None:
                 or mshape[3] > skv:
             raise ctx.error(node, f"attn_mask {list(m.shape)} does not broadcast to [{batch}, {h}, {sq}, {skv}]")
         mname = ctx.view(node, m.name, ctx.fresh(m.name + ":4d"), mshape)
+        flag = m.dtype == "bool"   # True attends, False is -inf
         if mshape[3] < skv:   # fewer keys than the cache holds: the others are masked
             full = [*mshape[:3], skv]
-            mname = pad_kernel(ctx, node, mname, mshape, [0, 0, 0, 0], full, float("-inf"),
+            mname = pad_kernel(ctx, node, mname, mshape, [0, 0, 0, 0], full, 0.0 if flag else float("-inf"),
                                ctx.fresh(m.name + ":padded"))
             mshape = full
         ins["M"], term = _bias_read(ctx, node, mname, mshape, (hk, group), sshape, "M")
-        terms.append(term)
+        terms.append(f"where({term}, 0.0, -inf)" if flag else term)
     if terms:
         scores = ctx.kernel(node, f"Y[i0,i1,i2,i3,i4] = S[i0,i1,i2,i3,i4] + {' + '.join(terms)}", ins,
                             ctx.fresh(out0 + ":biased"), sshape, kind="attention_bias")
 
     # softmax over the keys; a row masked everywhere (its maximum -inf) gives zeros: the maximum is taken no
-    # lower than -FLT_MAX (so exp gives 0, not NaN) and the sum no lower than FLT_MIN (0 / FLT_MIN = 0); any
-    # other row has a maximum above -FLT_MAX and a sum of at least 1, which neither bound changes
+    # lower than the lowest finite value (so exp gives 0, not NaN) and the sum no lower than FLT_MIN (0 / FLT_MIN
+    # = 0); any other row has a maximum above it and a sum of at least 1, which neither bound changes
     rows = [batch, hk, group, sq]
-    mx = ctx.kernel(node, f"Y[b,g,r,i] max= max(S[b,g,r,i,j], {fmt(-FLT_MAX)})", {"S": scores},
+    lowest = LOWEST[ctx.value(scores).dtype]   # stored in the scores' type, where it must stay finite
+    mx = ctx.kernel(node, f"Y[b,g,r,i] max= max(S[b,g,r,i,j], {fmt(lowest)})", {"S": scores},
                     ctx.fresh(out0 + ":max"), rows, kind="reduce")
     e = ctx.kernel(node, "Y[b,g,r,i,j] = exp(S[b,g,r,i,j] - M[b,g,r,i])", {"S": scores, "M": mx},
                    ctx.fresh(out0 + ":exp"), sshape, kind="softmax_exp")

@@ -19,9 +19,15 @@ from roller.errors import InputError
 from roller.graph.ir import CopyNode, Graph, OpNode, Piece, Value, ViewNode
 from roller.ir.build import Where, build_expr
 
+_T = onnx.TensorProto
 #: ONNX element types a value on the device may have, and Roller's name for them
-DEVICE_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
-                                onnx.TensorProto.BFLOAT16: "bfloat16"}
+DEVICE_TYPES: dict[int, str] = {_T.FLOAT: "float32", _T.FLOAT16: "float16", _T.BFLOAT16: "bfloat16",
+                                _T.INT64: "int64", _T.INT32: "int32", _T.INT8: "int8", _T.UINT8: "uint8",
+                                _T.BOOL: "bool"}
+#: the floating-point ones (what float-only ops take)
+FLOAT_TYPES = ("float32", "float16", "bfloat16")
+#: integer literals written into a body exactly: a body's literals are doubles (``roller.ir.expr.Const``)
+MAX_EXACT_LITERAL = 2**53
 # The default-domain opsets the importer reads: from 11 to the installed onnx package's newest (the releases
 # after 21 changed none of the translated ops' meaning, only the types they take).
 OPSETS = (11, onnx.defs.onnx_opset_version())
@@ -55,6 +61,27 @@ def fmt(x: float) -> str:
     if not np.isfinite(v):
         raise ValueError(f"cannot inline {x!r}")
     return repr(v)
+
+
+def held_type(kind: np.dtype) -> str:
+    """The element type a constant of numpy type ``kind`` is uploaded as: float16 and the integer and bool
+    types stay what they are (the kernels of a float16 model read them so); every other float type becomes
+    float32 (bfloat16 constants too: ml_dtypes' type is no host type of the table)."""
+    return kind.name if kind.name in DEVICE_TYPES.values() and kind.name != "bfloat16" else "float32"
+
+
+def literal(c: np.ndarray) -> str | None:
+    """The one element of a constant as a body literal of its own type (an integer without a fraction, a bool
+    as ``bool(0|1)``, a float as ``fmt``), or None where a literal cannot hold it exactly (an integer beyond
+    2^53, a float that is not finite): such a constant is read from a tensor instead."""
+    x = c.reshape(-1)[0]
+    if c.dtype == np.bool_:
+        return f"bool({int(x)})"
+    if np.issubdtype(c.dtype, np.integer):
+        return str(int(x)) if abs(int(x)) <= MAX_EXACT_LITERAL else None
+    if np.issubdtype(c.dtype, np.floating) and np.isfinite(x):
+        return fmt(float(x))
+    return None
 
 
 class Context:
@@ -110,15 +137,20 @@ class Context:
         return [int(x) for x in v] if v is not None else []
 
     def device_value(self, node: onnx.NodeProto, i: int) -> Value:
-        """Input ``i`` as a value kernels read: a computed float tensor, or a constant (uploaded as a weight)."""
+        """Input ``i`` as a value kernels read: a computed tensor, or a constant (uploaded as a weight)."""
         name = node.input[i]
         if name in self.graph.values:
             return self.graph.values[name]
         c = self.folded.get(name)
-        if c is not None and np.issubdtype(c.dtype, np.floating):
+        if c is not None and (np.issubdtype(c.dtype, np.floating) or c.dtype.name in DEVICE_TYPES.values()):
             return self.graph.values[self.add_const(c, name)]
-        raise self.error(node, f"input {i} ({name!r}) is a {self.dtype_name(name)} tensor; kernels read float "
-                               "tensors only")
+        raise self.error(node, f"input {i} ({name!r}) is a {self.dtype_name(name)} tensor; kernels read "
+                               f"{', '.join(DEVICE_TYPES.values())} tensors")
+
+    def element_type(self, name: str) -> str:
+        """The element type a kernel holds ``name`` in: a value's own, a constant's as a weight keeps it."""
+        c = self.const(name)
+        return self.graph.values[name].dtype if c is None else held_type(c.dtype)
 
     def dtype_name(self, name: str) -> str:
         c = self.const(name)
@@ -147,10 +179,9 @@ class Context:
         if hint in self.graph.constants and self.graph.constants[hint] is array:
             return hint
         name = hint if hint not in self._names else self.fresh(hint)
-        # float16 weights stay float16 (the kernels of a float16 model read them so); everything else float32
-        half = np.asarray(array).dtype == np.float16
-        arr = np.ascontiguousarray(array, dtype=np.float16 if half else np.float32)
-        self.declare(name, arr.shape, "float16" if half else "float32")
+        kind = held_type(np.asarray(array).dtype)
+        arr = np.ascontiguousarray(array, dtype=kind)
+        self.declare(name, arr.shape, kind)
         self.graph.constants[name] = arr
         return name
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import DEVICE_TYPES, Context, fmt, translates
+from roller.frontends.onnx.context import DEVICE_TYPES, FLOAT_TYPES, Context, fmt, literal, translates
 
 Operand = str   # an expression: a read like "A[i0,0,i2]" or a literal
 
@@ -39,29 +39,31 @@ def read(tensor: str, shape: Sequence[int], out_shape: Sequence[int]) -> str:
 
 
 def elementwise(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], str],
-                inputs: Sequence[int] | None = None, output: int = 0) -> str:
+                inputs: Sequence[int] | None = None, output: int = 0, dtype: str | None = None) -> str:
     """One operator computing ``body`` of the node's inputs (all of them, or those listed) elementwise with
-    broadcasting; constant scalars are written into the expression, other inputs are read."""
+    broadcasting; constant scalars are written into the expression, other inputs are read. The output has
+    element type ``dtype``, by default that of the first input the model computes (``Context.kernel``)."""
     which = list(range(len(node.input))) if inputs is None else list(inputs)
     which = [i for i in which if ctx.has(node, i)]
     shapes = [shape_of(ctx, node.input[i]) for i in which]
     out_shape = broadcast_shape(ctx, node, shapes)
     if not out_shape:   # a scalar result: computed as one element, then viewed as rank 0
         tmp = ctx.fresh(node.output[output] + ":1")
-        _emit(ctx, node, body, which, shapes, [1], tmp)
+        _emit(ctx, node, body, which, shapes, [1], tmp, dtype)
         return ctx.view(node, tmp, node.output[output], [])
-    return _emit(ctx, node, body, which, shapes, out_shape, node.output[output])
+    return _emit(ctx, node, body, which, shapes, out_shape, node.output[output], dtype)
 
 
 def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], str], which: list[int],
-          shapes: list[list[int]], out_shape: list[int], out: str) -> str:
+          shapes: list[list[int]], out_shape: list[int], out: str, dtype: str | None) -> str:
     operands: list[Operand] = []
     tensors: dict[str, str] = {}
     for k, (i, shape) in enumerate(zip(which, shapes)):
         name = node.input[i]
         c = ctx.const(name)
-        if c is not None and c.size == 1 and np.issubdtype(c.dtype, np.number):
-            operands.append(fmt(float(c.reshape(-1)[0])))
+        lit = literal(c) if c is not None and c.size == 1 else None
+        if lit is not None:
+            operands.append(lit)
             continue
         v = ctx.device_value(node, i)
         if not shape:   # a computed scalar: read as the one element of a [1] view (kernels index every read)
@@ -71,7 +73,7 @@ def _emit(ctx: Context, node: onnx.NodeProto, body: Callable[[list[Operand]], st
         tensors[t] = v.name
         operands.append(read(t, shape, out_shape))
     names = axes(len(out_shape))
-    return ctx.kernel(node, f"Y[{','.join(names)}] = {body(operands)}", tensors, out, out_shape)
+    return ctx.kernel(node, f"Y[{','.join(names)}] = {body(operands)}", tensors, out, out_shape, dtype=dtype)
 
 
 def _binary(op: str) -> Callable[[list[Operand]], str]:
@@ -267,8 +269,9 @@ DEVICE_NUMPY = {name: onnx.helper.tensor_dtype_to_np_dtype(t) for t, name in DEV
 
 @translates("Cast", "CastLike")
 def cast(ctx: Context, node: onnx.NodeProto) -> None:
-    """A conversion between the float types a kernel holds (float32, float16, bfloat16); the same type is a
-    view. CastLike takes the type of its second input."""
+    """A conversion between any two element types a kernel holds (``roller.ir.types``: float to integer
+    truncates toward zero and saturates, integer to a narrower integer wraps, anything to bool is "not zero");
+    the same type is a view. CastLike takes the type of its second input."""
     first = ctx.const(node.input[0])
     if node.op_type == "CastLike" and first is not None:
         # Only the type of the second input matters: a constant first input stays a constant (an exponent...).
@@ -290,7 +293,12 @@ def cast(ctx: Context, node: onnx.NodeProto) -> None:
     if target == src.dtype:
         ctx.view(node, src.name, node.output[0], src.shape)
         return
-    names = axes(len(src.shape))
-    idx = ",".join(names)
-    ctx.kernel(node, f"Y[{idx}] = X[{idx}]", {"X": src.name}, node.output[0], src.shape, dtype=target,
-               kind="cast")
+    idx = ",".join(axes(len(src.shape)))
+    # Between float types the store converts; a cast function converts to an integer or bool type exactly as
+    # defined, and to float32 (then the store's rounding) from one.
+    value = f"X[{idx}]"
+    if target not in FLOAT_TYPES:
+        value = f"{target}({value})"
+    elif src.dtype not in FLOAT_TYPES:
+        value = f"float32({value})"
+    ctx.kernel(node, f"Y[{idx}] = {value}", {"X": src.name}, node.output[0], src.shape, dtype=target, kind="cast")

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
+from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.frontends.onnx.context import DEVICE_TYPES, OPSETS, TRANSLATORS, Context, tensor_array
 from roller.frontends.onnx.rewrite import fold_batchnorm
@@ -102,14 +103,14 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
             c = ctx.folded.get(out.name)
             if c is None:
                 raise InputError(f"output {out.name!r} is never computed", source=source)
-            if not np.issubdtype(c.dtype, np.floating):
-                raise InputError(f"output {out.name!r} is a constant {c.dtype} tensor; only float outputs are "
-                                 "supported", source=source)
+            if not (np.issubdtype(c.dtype, np.floating) or c.dtype.name in DEVICE_TYPES.values()):
+                raise InputError(f"output {out.name!r} is a constant {c.dtype} tensor; outputs are "
+                                 f"{', '.join(DEVICE_TYPES.values())}", source=source)
             # A constant output keeps its own name (add_const would pick a fresh one: the name is taken) and its
             # type (float16 stays float16: what the caller gets back).
             kind = c.dtype.name if c.dtype.name in DEVICE_TYPES.values() else "float32"
             ctx.declare(out.name, c.shape, kind)
-            graph.constants[out.name] = np.ascontiguousarray(c, dtype=np.float32)
+            graph.constants[out.name] = np.array(c, dtype=dtype_of(kind).host)   # a scalar stays rank 0
         graph.outputs.append(out.name)
     graph = remove_dead(graph)
     graph.check()
@@ -141,8 +142,8 @@ def _input(ctx: Context, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence
         raise InputError(f"input {inp.name!r} is not a tensor", source=source)
     if t.elem_type not in DEVICE_TYPES:
         name = onnx.TensorProto.DataType.Name(t.elem_type)
-        raise InputError(f"input {inp.name!r} has element type {name}; model inputs must be float "
-                         f"({', '.join(DEVICE_TYPES.values())})", source=source)
+        raise InputError(f"input {inp.name!r} has element type {name}; model inputs are "
+                         f"{', '.join(DEVICE_TYPES.values())}", source=source)
     if inp.name in shapes:
         dims = [int(d) for d in shapes[inp.name]]
         if any(d <= 0 for d in dims):

@@ -13,7 +13,7 @@ import onnx
 from roller.errors import InputError
 from roller.frontends.onnx.context import Context, NeedsConstant, translates
 from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
-from roller.graph.ir import Piece
+from roller.graph.ir import Piece, Value
 
 
 def _axis(ctx: Context, node: onnx.NodeProto, axis: int, rank: int) -> int:
@@ -210,8 +210,8 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
     axis = _axis(ctx, node, int(ctx.attr(node, "axis", 0)), rank)
     idx = ctx.const(node.input[1])
     if idx is None:
-        raise ctx.error(node, "indices computed by the model (an embedding lookup) are not supported yet; "
-                              "indices known at import are")
+        _gather_run_time(ctx, node, x, axis)
+        return
     flat = [int(i) + x.shape[axis] if int(i) < 0 else int(i) for i in idx.reshape(-1)]
     if any(not 0 <= i < x.shape[axis] for i in flat):
         raise ctx.error(node, f"indices {flat} out of range for axis {axis} of size {x.shape[axis]}")
@@ -228,6 +228,50 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
     else:
         tmp = ctx.copy(node, pieces, ctx.fresh(node.output[0] + ":g"), box)
         ctx.view(node, tmp, node.output[0], out_shape)
+
+
+def _gather_run_time(ctx: Context, node: onnx.NodeProto, x: Value, axis: int) -> None:
+    """Gather through indices the model computes or takes (token ids into an embedding): one operator reading
+    ``X[..., I[j...], ...]``, whose indices wrap once when negative and are clamped into the axis (an index
+    outside it reads the nearest end: roller.ir.expr.Gather)."""
+    ind = ctx.device_value(node, 1)
+    if ind.dtype not in ("int64", "int32"):
+        raise ctx.error(node, f"indices of type {ind.dtype} (int64 or int32 expected)")
+    irank, rank = len(ind.shape), len(x.shape)
+    out_shape = list(x.shape[:axis]) + list(ind.shape) + list(x.shape[axis + 1:])
+    if not irank:   # one index: read as the element of a [1] view
+        ind = ctx.value(ctx.view(node, ind.name, ctx.fresh(ind.name + ":1"), [1]))
+    names = axes(len(out_shape) if out_shape else 1)
+    at = [names[d] for d in range(axis)]
+    at.append(f"I[{','.join(names[axis:axis + irank]) or '0'}]")
+    at += [names[d + irank - 1] for d in range(axis + 1, rank)]
+    text = f"Y[{','.join(names)}] = X[{','.join(at)}]"
+    if out_shape:
+        ctx.kernel(node, text, {"X": x.name, "I": ind.name}, node.output[0], out_shape, dtype=x.dtype,
+                   kind="gather")
+    else:
+        tmp = ctx.kernel(node, text, {"X": x.name, "I": ind.name}, ctx.fresh(node.output[0] + ":1"), [1],
+                         dtype=x.dtype, kind="gather")
+        ctx.view(node, tmp, node.output[0], [])
+
+
+@translates("GatherElements")
+def gather_elements(ctx: Context, node: onnx.NodeProto) -> None:
+    """Y[j...] = X[j... with I[j...] at the axis]: the output has the indices' shape (each of its sizes at most
+    the input's); indices wrap once when negative and are clamped into the axis, as Gather's."""
+    x = ctx.device_value(node, 0)
+    rank = len(x.shape)
+    axis = _axis(ctx, node, int(ctx.attr(node, "axis", 0)), rank)
+    ind = ctx.device_value(node, 1)
+    if ind.dtype not in ("int64", "int32"):
+        raise ctx.error(node, f"indices of type {ind.dtype} (int64 or int32 expected)")
+    if len(ind.shape) != rank or any(ind.shape[d] > x.shape[d] for d in range(rank) if d != axis):
+        raise ctx.error(node, f"indices {list(ind.shape)} do not fit the input {list(x.shape)} (the same rank, "
+                              "no size above the input's off the axis)")
+    names = axes(rank)
+    at = [f"I[{','.join(names)}]" if d == axis else names[d] for d in range(rank)]
+    ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(at)}]", {"X": x.name, "I": ind.name}, node.output[0],
+               ind.shape, dtype=x.dtype, kind="gather")
 
 
 # -- operators that move elements one by one -------------------------------------------------------------------

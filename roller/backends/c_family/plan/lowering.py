@@ -12,6 +12,7 @@ reads and the body as C. Row kernels are lowered by ``rows.py``, the vector path
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from roller.backends.c_family.plan.access import element, global_read, tensor_plan
 from roller.backends.c_family.plan.axes import decode, runtime_axes
@@ -44,8 +45,11 @@ from roller.backends.c_family.plan.typed import TypedC
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, DimPlan, KernelPlan, TensorPlan
 from roller.backends.c_family.plan.vector import reduce_vec_plan, vec_plan
 from roller.errors import InputError
-from roller.ir.expr import Affine
+from roller.ir.expr import Affine, Gather
 from roller.program import RProgram
+
+#: the name a gathered read's run-time index goes by where its offset is printed (no axis can be called so)
+GATHER_AXIS = "@gather"
 
 
 def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None,
@@ -167,8 +171,21 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     axis_c = (lambda a: f"((float)(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"((float){var_global(a)})")
     typed = None
     if expr.typed:
+        plans = {tp.name: tp for tp in inputs}
+
+        def gathered(g: Gather, index_c: str) -> str:
+            # The run-time index stands for the placeholder as the value of an axis of its own, which ranges
+            # over the dimension (it is clamped into it): never guarded, and its offset typed wide enough.
+            assert not staged, "gathered reads are elementwise, and elementwise ops are not staged"
+            tp = plans[g.source.tensor]
+            at = list(g.source.index)
+            at[g.dim] = Affine.axis(GATHER_AXIS)
+            wide = replace(tp, ranges={**tp.ranges, GATHER_AXIS: tp.sizes[g.dim] - 1})
+            return global_read(wide, tuple(at), lambda a: f"({index_c})" if a == GATHER_AXIS else var_global(a),
+                               expr.pad_value, d)
+
         typed = TypedC(expr, d, lambda r: read_exprs[(r.tensor, r.index)],
-                       (lambda a: f"(rl_s_{a} + rl_l_{a})") if staged else var_global)
+                       (lambda a: f"(rl_s_{a} + rl_l_{a})") if staged else var_global, gathered)
         body = typed.body()
     else:
         body = render_body(expr.body, d, lambda r: read_exprs[(r.tensor, r.index)], axis=axis_c)

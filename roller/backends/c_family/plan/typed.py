@@ -10,6 +10,7 @@ load the element as it is (``TensorPlan.raw``); float tensors convert to float32
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from roller.backends.c_family.plan.cexpr import c_float
 from roller.backends.c_family.plan.types import Dialect
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
-from roller.ir.expr import CAST_FUNCS, COMPARE_FUNCS, AxisValue, BinOp, Call, Const, Expr, Neg, Read
+from roller.ir.expr import CAST_FUNCS, COMPARE_FUNCS, AxisValue, BinOp, Call, Const, Expr, Gather, Neg, Read
 from roller.ir.tensor_expr import TensorExpr
 from roller.ir.types import WEAK_FLOAT, WEAK_INT, BodyTypes, compute_dtype, meet, resolve
 
@@ -36,12 +37,13 @@ class TypedC:
     d: Dialect
     read: Callable[[Read], str]
     axis: Callable[[str], str]  # an axis's value as an integer C expression
+    # a gathered read, given its index as a C expression already inside the dimension
+    gather: Callable[[Gather, str], str] | None = None
 
     def __post_init__(self) -> None:
         self.types = BodyTypes({t.name: t.dtype for t in self.expr.tensors})
         self.helpers: dict[str, str] = {}
-        if any(p in (float("inf"), float("-inf")) for p in (self.expr.pad_value,)) and \
-                any(dtype_of(t.dtype).integral for t in self.expr.inputs):
+        if not math.isfinite(self.expr.pad_value) and _pads_integers(self.expr):
             raise InputError(f"{self.expr.name}: an integer tensor read through a window padded with "
                              f"{self.expr.pad_value} (integers have no infinity)", field="pad_value")
 
@@ -81,9 +83,10 @@ class TypedC:
             return f"(({self.ctype(t)}){int(e.value)})"
         if isinstance(e, AxisValue):
             return f"(({self.ctype(t)})({self.axis(e.axis)}))"
-        if isinstance(e, Read):
-            src = compute_dtype(self.types.tensors[e.tensor])
-            x = self.read(e)
+        if isinstance(e, (Read, Gather)):
+            name = e.tensor if isinstance(e, Read) else e.source.tensor
+            src = compute_dtype(self.types.tensors[name])
+            x = self.read(e) if isinstance(e, Read) else self._gathered(e)
             if src == "bool":   # one byte: any value not zero is true
                 x = f"((int)(({x}) != 0))"
             return self.convert(x, src, t)
@@ -186,6 +189,19 @@ class TypedC:
                                   f"x >= {edge} ? ({ct}){high} : x <= {bottom} ? ({ct}){low} : ({ct})x; }}")
         return name
 
+    def _gathered(self, g: Gather) -> str:
+        if self.gather is None:
+            raise InputError(f"{self.expr.name}: this kernel form has no reads through a run-time index",
+                             field="expr")
+        n = self.expr.tensor(g.source.tensor).storage_shape[g.dim]
+        name = "rl_index"
+        if name not in self.helpers:
+            lt = self.d.ctype["int64"]
+            # ONNX's negative indices count from the end once; what is still outside is clamped (documented)
+            self.helpers[name] = (f"{self.d.helper_qual} {lt} {name}({lt} x, {lt} n) {{ x = x < 0 ? x + n : x; "
+                                  "return x < 0 ? 0 : x >= n ? n - 1 : x; }")
+        return self.gather(g, f"{name}({self.render(g.index, 'int64')}, {n})")
+
     def _div(self, t: str) -> str:
         name = f"rl_div_{t}"
         if name not in self.helpers:
@@ -203,3 +219,19 @@ class TypedC:
             guard = f"ROLLER_{name.upper()}"
             lines += [f"#ifndef {guard}", f"#define {guard}", code, "#endif"]
         return "\n".join(lines)
+
+
+def _pads_integers(expr: TensorExpr) -> bool:
+    """Whether a read of an integer or bool tensor may leave it (and so give the pad value)."""
+    ext = expr.extents
+    for r in expr.input_reads():
+        t = expr.tensor(r.tensor)
+        if not dtype_of(t.dtype).integral:
+            continue
+        shape = tuple(t.storage_shape)
+        if len(r.index) != len(shape):   # read through packed axes: as one flat dimension, or unknown
+            shape = (math.prod(shape),) if len(r.index) == 1 else ()
+        if t.view is not None or len(shape) != len(r.index) or any(
+                lo < 0 or hi >= n for (lo, hi), n in zip((i.span(ext) for i in r.index), shape)):
+            return True
+    return False

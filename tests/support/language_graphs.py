@@ -1,0 +1,223 @@
+"""Small language models built with ``onnx.helper`` the way ``torch.onnx.export`` writes Hugging Face's (opset 17):
+token ids, token types and an int64 attention mask as inputs, embeddings gathered by those ids, the mask turned
+into an additive bias (Cast, Sub, Mul: BERT's ``get_extended_attention_mask``), GPT-2's causal mask selected with
+Where from a bool buffer, and a KV cache carried in and out. Random weights, a few layers' worth of shapes."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+#: torch.finfo(torch.float32).min: what Hugging Face fills masked scores with
+FINFO_MIN = float(np.finfo(np.float32).min)
+
+
+class _Builder:
+    def __init__(self, seed: int) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def const(self, array: np.ndarray, hint: str = "c") -> str:
+        name = self.name(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def weight(self, *shape: int, scale: float = 0.2) -> str:
+        return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), "w")
+
+    def op(self, op_type: str, inputs: list[str], out: str = "", **attrs: object) -> str:
+        out = out or self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    def linear(self, x: str, cin: int, cout: int) -> str:
+        return self.op("Add", [self.op("MatMul", [x, self.weight(cin, cout)]), self.weight(cout, scale=0.05)])
+
+    def layer_norm(self, x: str, hidden: int) -> str:
+        return self.op("LayerNormalization", [x, self.const(np.ones(hidden, np.float32)),
+                                              self.const(np.zeros(hidden, np.float32))], axis=-1, epsilon=1e-12)
+
+    def heads(self, x: str, seq: int, heads: int, size: int, perm: list[int]) -> str:
+        split = self.op("Reshape", [x, self.const(np.array([1, seq, heads, size], np.int64))])
+        return self.op("Transpose", [split], perm=perm)
+
+    def gelu(self, x: str) -> str:
+        inner = self.op("Erf", [self.op("Div", [x, self.const(np.array(math.sqrt(2), np.float32))])])
+        half = self.op("Mul", [x, self.op("Add", [inner, self.const(np.array(1.0, np.float32))])])
+        return self.op("Mul", [half, self.const(np.array(0.5, np.float32))])
+
+    def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[str],
+              shapes: dict[str, list[int]]) -> onnx.ModelProto:
+        outs = [helper.make_tensor_value_info(o, F, shapes[o]) for o in outputs]
+        graph = helper.make_graph(self.nodes, name, inputs, outs, self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx.checker.check_model(model)
+        return model
+
+
+def _attention(b: _Builder, x: str, bias: str, seq: int, hidden: int, heads: int) -> str:
+    """BERT's self-attention as the exports write it."""
+    size = hidden // heads
+    q = b.heads(b.linear(x, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+    k = b.heads(b.linear(x, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+    v = b.heads(b.linear(x, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+    kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
+    scores = b.op("Div", [b.op("MatMul", [q, kt]), b.const(np.array(math.sqrt(size), np.float32))])
+    probs = b.op("Softmax", [b.op("Add", [scores, bias])], axis=-1)
+    ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    merged = b.op("Reshape", [ctx, b.const(np.array([1, seq, hidden], np.int64))])
+    return b.linear(merged, hidden, hidden)
+
+
+def bert(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 8, layers: int = 2,
+         seed: int = 0) -> onnx.ModelProto:
+    """BERT's encoder: word, position and token-type embeddings, the int64 attention mask as an additive bias,
+    ``layers`` post-norm layers with erf GELU; the last hidden state as output."""
+    b = _Builder(seed)
+    ids, types, mask = "input_ids", "token_type_ids", "attention_mask"
+    positions = b.const(np.arange(seq, dtype=np.int64).reshape(1, seq), "position_ids")
+    emb = b.op("Add", [b.op("Add", [b.op("Gather", [b.weight(vocab, hidden), ids]),
+                                    b.op("Gather", [b.weight(2, hidden), types])]),
+                       b.op("Gather", [b.weight(512, hidden), positions])])
+    x = b.layer_norm(emb, hidden)
+    m = b.op("Cast", [b.op("Unsqueeze", [mask, b.const(np.array([1, 2], np.int64))])], to=F)
+    bias = b.op("Mul", [b.op("Sub", [b.const(np.array(1.0, np.float32)), m]),
+                        b.const(np.array(FINFO_MIN, np.float32))])
+    for _ in range(layers):
+        att = _attention(b, x, bias, seq, hidden, heads)
+        x = b.layer_norm(b.op("Add", [att, x]), hidden)
+        ffn = b.linear(b.gelu(b.linear(x, hidden, 4 * hidden)), 4 * hidden, hidden)
+        x = b.layer_norm(b.op("Add", [ffn, x]), hidden)
+    out = b.op("Identity", [x], "last_hidden_state")
+    inputs = [helper.make_tensor_value_info(n, I64, [1, seq]) for n in (ids, types, mask)]
+    return b.model("bert", inputs, [out], {out: [1, seq, hidden]})
+
+
+def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: int = 6, layers: int = 1,
+         seed: int = 1) -> onnx.ModelProto:
+    """GPT-2 blocks with a KV cache: token and position embeddings (positions after the past), the causal mask
+    selected with Where from the model's bool buffer, the int64 attention mask over past and new tokens,
+    pre-norm attention and MLP (tanh GELU as GPT-2 writes it), tied output embeddings. Inputs ``input_ids``,
+    ``attention_mask`` and, with a past, ``past_key``/``past_value`` per layer; outputs the logits and the
+    present key and value per layer (suffixed ``.{layer}`` where there are several layers)."""
+    b = _Builder(seed)
+    size, total = hidden // heads, past + seq
+    wte = b.weight(vocab, hidden)
+    positions = b.const(np.arange(past, total, dtype=np.int64).reshape(1, seq), "position_ids")
+    x = b.op("Add", [b.op("Gather", [wte, "input_ids"]), b.op("Gather", [b.weight(1024, hidden), positions])])
+    causal = b.const(np.tril(np.ones((1024, 1024), bool))[None, None, past:total, :total], "causal")
+    keep = b.op("Cast", [b.op("Unsqueeze", ["attention_mask", b.const(np.array([1, 2], np.int64))])], to=F)
+    pad_bias = b.op("Mul", [b.op("Sub", [b.const(np.array(1.0, np.float32)), keep]),
+                            b.const(np.array(FINFO_MIN, np.float32))])
+    inputs = [helper.make_tensor_value_info("input_ids", I64, [1, seq]),
+              helper.make_tensor_value_info("attention_mask", I64, [1, total])]
+    outputs, shapes = [], {}
+    for layer in range(layers):
+        tag = "" if layers == 1 else f".{layer}"
+        h = b.layer_norm(x, hidden)
+        q = b.heads(b.linear(h, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+        k = b.heads(b.linear(h, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+        v = b.heads(b.linear(h, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+        if past:
+            inputs += [helper.make_tensor_value_info(f"past_{kind}{tag}", F, [1, heads, past, size])
+                       for kind in ("key", "value")]
+            k = b.op("Concat", [f"past_key{tag}", k], axis=2)
+            v = b.op("Concat", [f"past_value{tag}", v], axis=2)
+        scores = b.op("Div", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]),
+                              b.const(np.array(math.sqrt(size), np.float32))])
+        scores = b.op("Where", [causal, scores, b.const(np.array(FINFO_MIN, np.float32))])
+        probs = b.op("Softmax", [b.op("Add", [scores, pad_bias])], axis=-1)
+        ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        att = b.linear(b.op("Reshape", [ctx, b.const(np.array([1, seq, hidden], np.int64))]), hidden, hidden)
+        x = b.op("Add", [x, att])
+        h = b.linear(b.layer_norm(x, hidden), hidden, 4 * hidden)
+        cube = b.op("Mul", [b.op("Mul", [h, h]), h])
+        inner = b.op("Mul", [b.op("Add", [h, b.op("Mul", [cube, b.const(np.array(0.044715, np.float32))])]),
+                             b.const(np.array(math.sqrt(2 / math.pi), np.float32))])
+        gelu = b.op("Mul", [b.op("Mul", [h, b.const(np.array(0.5, np.float32))]),
+                            b.op("Add", [b.op("Tanh", [inner]), b.const(np.array(1.0, np.float32))])])
+        x = b.op("Add", [x, b.linear(gelu, 4 * hidden, hidden)])
+        for kind, value in (("key", k), ("value", v)):
+            outputs.append(b.op("Identity", [value], f"present_{kind}{tag}"))
+            shapes[outputs[-1]] = [1, heads, total, size]
+    logits = b.op("MatMul", [b.layer_norm(x, hidden), b.op("Transpose", [wte], perm=[1, 0])], "logits")
+    shapes[logits] = [1, seq, vocab]
+    return b.model("gpt2", inputs, [logits, *outputs], shapes)
+
+
+def llama(vocab: int = 60, hidden: int = 32, heads: int = 4, kv_heads: int = 2, seq: int = 4, past: int = 6,
+          seed: int = 2) -> onnx.ModelProto:
+    """One Llama decoder layer as its export writes it: RMSNorm, rotary position embeddings whose cos and sin
+    rows are gathered by the run-time int64 ``position_ids``, grouped-query attention (the key and value heads
+    repeated by Unsqueeze, Expand and Reshape) over a KV cache, the causal and padding masks as an additive bias,
+    and the SiLU-gated MLP; outputs the logits and the present key and value."""
+    b = _Builder(seed)
+    size, total, rep = hidden // heads, past + seq, heads // kv_heads
+
+    def rms_norm(x: str) -> str:
+        var = b.op("ReduceMean", [b.op("Mul", [x, x])], axes=[-1], keepdims=1)   # opset 17: axes an attribute
+        inv = b.op("Div", [b.const(np.array(1.0, np.float32)),
+                           b.op("Sqrt", [b.op("Add", [var, b.const(np.array(1e-6, np.float32))])])])
+        return b.op("Mul", [b.op("Mul", [x, inv]), b.weight(hidden, scale=1.0)])
+
+    inv_freq = 1.0 / (10000 ** (np.arange(0, size, 2, dtype=np.float32) / size))
+    angles = np.outer(np.arange(128, dtype=np.float32), inv_freq)
+    table = np.concatenate([angles, angles], axis=-1)
+    one_axis = b.const(np.array([1], np.int64))
+    cos = b.op("Unsqueeze", [b.op("Gather", [b.const(np.cos(table).astype(np.float32)), "position_ids"]), one_axis])
+    sin = b.op("Unsqueeze", [b.op("Gather", [b.const(np.sin(table).astype(np.float32)), "position_ids"]), one_axis])
+
+    def rotary(x: str) -> str:
+        half = size // 2
+        lo = b.op("Slice", [x, b.const(np.array([0], np.int64)), b.const(np.array([half], np.int64)),
+                            b.const(np.array([-1], np.int64))])
+        hi = b.op("Slice", [x, b.const(np.array([half], np.int64)), b.const(np.array([size], np.int64)),
+                            b.const(np.array([-1], np.int64))])
+        turned = b.op("Concat", [b.op("Neg", [hi]), lo], axis=-1)
+        return b.op("Add", [b.op("Mul", [x, cos]), b.op("Mul", [turned, sin])])
+
+    def repeat_kv(x: str) -> str:
+        wide = b.op("Expand", [b.op("Unsqueeze", [x, b.const(np.array([2], np.int64))]),
+                               b.const(np.array([1, kv_heads, rep, total, size], np.int64))])
+        return b.op("Reshape", [wide, b.const(np.array([1, heads, total, size], np.int64))])
+
+    x = b.op("Gather", [b.weight(vocab, hidden), "input_ids"])
+    h = rms_norm(x)
+    q = rotary(b.heads(b.op("MatMul", [h, b.weight(hidden, hidden)]), seq, heads, size, [0, 2, 1, 3]))
+    k = rotary(b.heads(b.op("MatMul", [h, b.weight(hidden, kv_heads * size)]), seq, kv_heads, size, [0, 2, 1, 3]))
+    v = b.heads(b.op("MatMul", [h, b.weight(hidden, kv_heads * size)]), seq, kv_heads, size, [0, 2, 1, 3])
+    k = b.op("Concat", ["past_key", k], axis=2, out="present_key")
+    v = b.op("Concat", ["past_value", v], axis=2, out="present_value")
+    causal = np.where(np.tril(np.ones((total, total), bool))[past:], 0.0, FINFO_MIN).astype(np.float32)
+    keep = b.op("Cast", [b.op("Unsqueeze", ["attention_mask", b.const(np.array([1, 2], np.int64))])], to=F)
+    bias = b.op("Add", [b.const(causal[None, None]), b.op("Mul", [b.op("Sub", [b.const(np.array(1.0, np.float32)),
+                                                                               keep]),
+                                                                   b.const(np.array(FINFO_MIN, np.float32))])])
+    scores = b.op("Div", [b.op("MatMul", [q, b.op("Transpose", [repeat_kv(k)], perm=[0, 1, 3, 2])]),
+                          b.const(np.array(math.sqrt(size), np.float32))])
+    probs = b.op("Softmax", [b.op("Add", [scores, bias])], axis=-1)
+    ctx = b.op("Transpose", [b.op("MatMul", [probs, repeat_kv(v)])], perm=[0, 2, 1, 3])
+    x = b.op("Add", [x, b.op("MatMul", [b.op("Reshape", [ctx, b.const(np.array([1, seq, hidden], np.int64))]),
+                                        b.weight(hidden, hidden)])])
+    h = rms_norm(x)
+    gate = b.op("MatMul", [h, b.weight(hidden, 3 * hidden)])
+    up = b.op("MatMul", [h, b.weight(hidden, 3 * hidden)])
+    act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
+    x = b.op("Add", [x, b.op("MatMul", [act, b.weight(3 * hidden, hidden)])])
+    logits = b.op("MatMul", [rms_norm(x), b.weight(hidden, vocab)], "logits")
+    inputs = [helper.make_tensor_value_info("input_ids", I64, [1, seq]),
+              helper.make_tensor_value_info("attention_mask", I64, [1, total]),
+              helper.make_tensor_value_info("position_ids", I64, [1, seq]),
+              helper.make_tensor_value_info("past_key", F, [1, kv_heads, past, size]),
+              helper.make_tensor_value_info("past_value", F, [1, kv_heads, past, size])]
+    return b.model("llama", inputs, [logits, k, v], {logits: [1, seq, vocab], k: [1, kv_heads, total, size],
+                                                     v: [1, kv_heads, total, size]})
