@@ -31,7 +31,11 @@ class _Builder:
         self.inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    def weight(self, *shape: int, scale: float = 0.2) -> str:
+    def weight(self, *shape: int, scale: float | None = None) -> str:
+        """Random normal weights; a matrix's scaled by 1/sqrt(its rows), so that activations keep their size
+        through any number of layers at any width (as a trained model's do)."""
+        if scale is None:
+            scale = 1 / math.sqrt(shape[0]) if len(shape) > 1 else 0.2
         return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), "w")
 
     def op(self, op_type: str, inputs: list[str], out: str = "", **attrs: object) -> str:
