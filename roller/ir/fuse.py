@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from roller.ir.expr import Affine, Read, axis_values
+from roller.ir.expr import Affine, Read, axis_values, gathers
 from roller.ir.tensor_expr import Axis, Preparation, TensorDecl, TensorExpr, View
 
 
@@ -86,9 +86,11 @@ def fusible_groups(expr: TensorExpr) -> list[list[str]]:
     """Chains of axes that are adjacent, in the same order, or absent in every tensor (plain indices)."""
     accesses = [idx for t in expr.tensors for idx in expr.accesses(t.name)]
     valued = {v.axis for v in axis_values(expr.body)}  # an axis whose value the body uses stays an axis
+    # a tensor read through a run-time index keeps its dimensions: the index names one of them by position
+    pinned = {ax for g in gathers(expr.body) for i in g.source.index for ax in i.axes()}
 
     def pair_ok(a: str, b: str) -> bool:
-        if expr.axis(a).reduce != expr.axis(b).reduce or a in valued or b in valued:
+        if expr.axis(a).reduce != expr.axis(b).reduce or {a, b} & (valued | pinned):
             return False
         for idx in accesses:
             plain = [i.plain_axis() for i in idx]
@@ -177,8 +179,9 @@ def window_pads(expr: TensorExpr) -> dict[str, tuple[tuple[int, int], ...]]:
     plain indices, are left as they are."""
     ext = expr.extents
     out: dict[str, tuple[tuple[int, int], ...]] = {}
+    gathered = {g.source.tensor for g in gathers(expr.body)}   # its run-time index counts in its own dimension
     for t in expr.inputs:
-        if t.view is not None or t.orig_shape is not None:
+        if t.view is not None or t.orig_shape is not None or t.name in gathered:
             continue
         dims = []
         for d, size in enumerate(t.shape):

@@ -235,3 +235,17 @@ def test_greedy_next_token_by_argmax() -> None:
               {"l": (T.FLOAT, [1, 2, 4])}, {"first": (T.INT64, [1, 2]), "last": (T.INT64, [1, 2, 1]),
                                            "low": (T.INT64, [1, 1, 4])})
     assert_same(roller.compile_model(m, hw="pocl-cpu").run({"l": logits}), onnxruntime(m, {"l": logits}))
+
+
+@needs_device
+def test_gather_nd_and_gather_elements_match_onnxruntime() -> None:
+    """GatherND with one index column after a batch axis (the last token's row of each sequence, as decoders
+    pick the logits to sample from) and GatherElements along the last axis, negative indices included."""
+    m = model([helper.make_node("GatherND", ["h", "last"], ["row"], batch_dims=1),
+               helper.make_node("GatherElements", ["h", "pick"], ["el"], axis=2)],
+              {"h": (T.FLOAT, [2, 5, 3]), "last": (T.INT64, [2, 1]), "pick": (T.INT64, [2, 5, 2])},
+              {"row": (T.FLOAT, [2, 3]), "el": (T.FLOAT, [2, 5, 2])})
+    rng = np.random.default_rng(6)
+    feeds = {"h": rng.standard_normal((2, 5, 3)).astype(np.float32), "last": np.array([[4], [-2]]),
+             "pick": rng.integers(-3, 3, (2, 5, 2))}
+    assert_same(roller.compile_model(m, hw="pocl-cpu").run(feeds), onnxruntime(m, feeds))

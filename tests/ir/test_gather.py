@@ -72,3 +72,16 @@ def test_passes_leave_gathered_reads_alone() -> None:
     red = build_expr("red", "Y[i] += X[i,d]", {"X": [6, 4]})
     fused = red.remap_reads(lambda r: embed().body if r.tensor == "X" else r)
     assert not _renderable(fused)
+
+
+def test_a_gathered_tensor_keeps_its_dimensions_through_preparation() -> None:
+    """Axis fusion may not merge the dimensions of a tensor read through a run-time index (the index names its
+    dimension by position), and no padded copy shifts it."""
+    from roller.ir.fuse import fusible_groups, window_pads
+
+    pick = build_expr("pick", "Y[a,b,c] = X[a,b,I[a,b,c]]", {"X": [2, 5, 3], "I": [2, 5, 4], "Y": [2, 5, 4]},
+                      dtypes={"I": "int64"})
+    assert fusible_groups(pick) == []
+    shifted = build_expr("shifted", "Y[i,j] = X[ids[i], j - 1]", {"X": [7, 5], "ids": [3], "Y": [3, 5]},
+                         dtypes={"ids": "int64"})
+    assert "X" not in window_pads(shifted)

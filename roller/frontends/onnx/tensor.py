@@ -255,6 +255,32 @@ def _gather_run_time(ctx: Context, node: onnx.NodeProto, x: Value, axis: int) ->
         ctx.view(node, tmp, node.output[0], [])
 
 
+@translates("GatherND")
+def gather_nd(ctx: Context, node: onnx.NodeProto) -> None:
+    """GatherND whose indices pick along one axis (their last dimension 1: ``X[b..., I[b..., j..., 0], ...]``),
+    after ``batch_dims`` leading axes the two share; indices wrap once when negative and are clamped, as
+    Gather's. Several index columns (a read through several run-time indices) are not supported."""
+    x = ctx.device_value(node, 0)
+    ind = ctx.device_value(node, 1)
+    if ind.dtype not in ("int64", "int32"):
+        raise ctx.error(node, f"indices of type {ind.dtype} (int64 or int32 expected)")
+    b = int(ctx.attr(node, "batch_dims", 0))
+    q, r = len(ind.shape), len(x.shape)
+    if ind.shape[-1] != 1:
+        raise ctx.error(node, f"indices with {ind.shape[-1]} columns are not supported (one column: a read through "
+                              "one run-time index)")
+    if not 0 <= b < min(q, r) or list(ind.shape[:b]) != list(x.shape[:b]):
+        raise ctx.error(node, f"batch_dims={b} does not fit data {list(x.shape)} and indices {list(ind.shape)}")
+    out_shape = list(ind.shape[:-1]) + list(x.shape[b + 1:])
+    if not out_shape:
+        raise ctx.error(node, "a scalar result (one index into a vector) is not supported")
+    names = axes(len(out_shape))
+    picked = f"I[{','.join(names[:q - 1] + ['0'])}]"
+    at = names[:b] + [picked] + names[q - 1:]
+    ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(at)}]", {"X": x.name, "I": ind.name}, node.output[0],
+               out_shape, dtype=x.dtype, kind="gather")
+
+
 @translates("GatherElements")
 def gather_elements(ctx: Context, node: onnx.NodeProto) -> None:
     """Y[j...] = X[j... with I[j...] at the axis]: the output has the indices' shape (each of its sizes at most

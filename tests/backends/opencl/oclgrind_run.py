@@ -25,6 +25,9 @@ if "--drop-barriers" in sys.argv:  # negative control: the simulator must then r
     art.files[art.main_file] = "\n".join(line for line in art.source.splitlines() if "barrier(" not in line)
 if "--widen-guards" in sys.argv:  # negative control: bounds tests that let every index of X through
     art.files[art.main_file] = art.source.replace(f"< {op.inputs[0].shape[0]}u", "< 999999999999u")
+if "--no-clamp" in sys.argv:  # negative control: run-time indices used as they come
+    art.files[art.main_file] = art.source.replace("return x < 0 ? 0 : x >= n ? n - 1 : x;", "return x;")
+    assert art.source.count("return x;") == 1
 y = be.compile(art, hw)([x[t.name] for t in op.inputs])
 try:
     check_against(op.name, op, x, np.asarray(y))

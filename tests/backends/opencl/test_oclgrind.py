@@ -31,6 +31,11 @@ SAMPLE = [
     ({"op": "reduce", "kind": "mean", "shape": [3, 5, 7], "axes": [0, 2]}, "ipu-gc200"),
     ({"op": "batch_matmul", "B": 2, "M": 5, "N": 7, "K": 9}, "pocl-cpu"),
     ({"op": "transpose", "shape": [3, 5, 7], "perm": [2, 0, 1]}, "v100"),
+    # reads through a run-time index: random indices, most of them outside the table, must be clamped into it
+    ({"name": "embed", "expr": "Y[i,d] = E[ids[i], d]", "shapes": {"E": [7, 5], "ids": [6], "Y": [6, 5]},
+      "dtypes": {"ids": "int64"}}, "pocl-cpu"),
+    ({"name": "pick", "expr": "Y[i,j] = X[I[i,j] - 3, j]", "shapes": {"X": [4, 9], "I": [5, 9], "Y": [5, 9]},
+      "dtypes": {"I": "int8"}}, "h100"),
 ]
 
 
@@ -54,7 +59,7 @@ def _oclgrind(op: dict, device: str, *flags: str) -> subprocess.CompletedProcess
 
 
 @pytest.mark.parametrize("op,device", SAMPLE + NEAR_LIMIT,
-                         ids=[f"{o['op']}-{d}" for o, d in SAMPLE + NEAR_LIMIT])
+                         ids=[f"{o.get('op', o.get('name'))}-{d}" for o, d in SAMPLE + NEAR_LIMIT])
 def test_kernel_clean_under_oclgrind(op: dict, device: str) -> None:
     proc = _oclgrind(op, device)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -69,6 +74,12 @@ def test_oclgrind_catches_an_access_past_the_end() -> None:
     """Negative control: a near-limit kernel whose bounds tests let every index through is reported."""
     op = {"op": "near", "name": "near", "expr": "Y[i] = X[4294967296*i+1]", "shapes": {"X": [5], "Y": [4]}}
     proc = _oclgrind(op, "v100", "--widen-guards")
+    assert "invalid read" in proc.stderr.lower(), proc.stderr[-2000:]
+
+
+def test_oclgrind_catches_an_unclamped_run_time_index() -> None:
+    """Negative control: the embedding lookup with its indices' clamp taken out is reported."""
+    proc = _oclgrind(SAMPLE[-2][0], "pocl-cpu", "--no-clamp")
     assert "invalid read" in proc.stderr.lower(), proc.stderr[-2000:]
 
 

@@ -43,6 +43,7 @@ OPS = [
     _op("embed", "Y[i,d] = E[ids[i], d] * 2.0", {"E": [50, 24], "ids": [30], "Y": [30, 24]}, ids="int64"),
     _op("columns", "Y[b,j] = X[b, idx[j] + 1] + 1", {"X": [6, 40], "idx": [17], "Y": [6, 17]}, X="int32",
         idx="int32", Y="int32"),
+    _op("shifted", "Y[i,j] = X[ids[i], j - 1] + 1.0", {"X": [7, 5], "ids": [3], "Y": [3, 5]}, ids="int32"),
     _op("maskpick", "Y[i,j] = M[pos[i,j], j]", {"M": [9, 12], "pos": [5, 12], "Y": [5, 12]}, M="bool", pos="int8",
         Y="bool"),
 ]
@@ -54,12 +55,13 @@ def _inputs(op: dict, seed: int) -> dict[str, np.ndarray]:
         n = len(x["X"])
         x["X"] = np.concatenate([np.random.default_rng(seed).standard_normal(n - 4) * 2,
                                  [np.nan, np.inf, -np.inf, 1.275]]).astype(np.float32)
-    if op["name"] in ("embed", "columns", "maskpick"):   # in range, negative (from the end), outside (clamped)
-        key = {"embed": "ids", "columns": "idx", "maskpick": "pos"}[op["name"]]
-        n = {"embed": 50, "columns": 40, "maskpick": 9}[op["name"]]
+    if op["name"] in ("embed", "columns", "maskpick", "shifted"):   # in range, from the end, outside (clamped)
+        key = {"embed": "ids", "columns": "idx", "maskpick": "pos", "shifted": "ids"}[op["name"]]
+        n = {"embed": 50, "columns": 40, "maskpick": 9, "shifted": 7}[op["name"]]
         rng = np.random.default_rng(seed)
         x[key] = rng.integers(-n - 3, n + 3, x[key].shape).astype(x[key].dtype)
-        x[key].reshape(-1)[:4] = [0, n - 1, -1, n]
+        flat = x[key].reshape(-1)
+        flat[:4] = [0, n - 1, -1, n][:flat.size]
     if op["name"] == "arith":   # MIN / -1, x / 0 and a truncating quotient, with wrapping products around
         x["A"][:4], x["B"][:4] = [I32.min, 7, -7, I32.max], [-1, 0, 2, I32.max]
     return x
