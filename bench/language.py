@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.layers import ort_session
 from bench.models import cpu_name
 from tests.support.language_graphs import bert, gpt2, llama
 
@@ -58,16 +59,6 @@ def build(name: str, layers: int) -> tuple[Any, dict[str, np.ndarray]]:
         if i.name.startswith("past_"):
             feeds[i.name] = rng.standard_normal((1, 12, past, 64)).astype(np.float32)
     return model, feeds
-
-
-def ort_session(model: Any) -> Any:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def measure(name: str, hw: str, layers: int, rounds: int, repeat: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from roller.errors import InputError
 from roller.ir.expr import Affine, AxisValue, BinOp, Call, Const, Expr, Neg, Read, walk
 from roller.ir.opfile import OpLike, load_op
 from roller.ir.tensor_expr import TensorExpr
+from roller.ir.typed_eval import take
 
 _CHUNK = 1 << 23
 
@@ -327,14 +328,7 @@ def _eval(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float) -> np.nda
     if isinstance(e, AxisValue):
         return np.asarray(env[e.axis], dtype=np.float64)
     if isinstance(e, Read):
-        arr = data[e.tensor]
-        idx = [_index(i, env) for i in e.index]
-        ok = np.bool_(True)
-        clipped = []
-        for d, ix in enumerate(idx):
-            ok = ok & (ix >= 0) & (ix < arr.shape[d])
-            clipped.append(np.clip(ix, 0, arr.shape[d] - 1))
-        vals = arr[tuple(clipped)] if clipped else arr[()]
+        vals, ok = take(data[e.tensor], [_index(i, env) for i in e.index])
         return np.where(ok, vals, pad)
     if isinstance(e, Neg):
         return -_eval(e.x, env, data, pad)

@@ -43,6 +43,17 @@ def convert(values: np.ndarray, to: str) -> np.ndarray:
     return x.astype(np.int64).astype(target.host) if x.dtype == np.bool_ else x.astype(target.host)
 
 
+def take(arr: np.ndarray, idx: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(``arr`` at the index arrays ``idx``, clipped into it; where the indices were inside it): a read that
+    leaves the tensor gives its pad value where the mask is False."""
+    ok = np.asarray(True)
+    clipped = []
+    for d, ix in enumerate(idx):
+        ok = ok & (ix >= 0) & (ix < arr.shape[d])
+        clipped.append(np.clip(ix, 0, arr.shape[d] - 1))
+    return np.asarray(arr[tuple(clipped)] if clipped else arr[()]), ok
+
+
 def gather_index(values: np.ndarray, n: int) -> np.ndarray:
     """Run-time indices into a dimension of ``n``: a negative one counts from the end once (ONNX's Gather), and
     what is still outside is clamped to the nearest end, as every backend renders it (never a read outside)."""
@@ -101,13 +112,7 @@ class _Eval:
     def _read(self, e: Read, t: str, idx: list[np.ndarray]) -> np.ndarray:
         """``e``'s tensor at the index arrays ``idx``, in type ``t``; points outside it give the pad value."""
         np_t = np_compute(t)
-        arr = self.data[e.tensor]
-        ok = np.bool_(True)
-        clipped = []
-        for d, ix in enumerate(idx):
-            ok = ok & (ix >= 0) & (ix < arr.shape[d])
-            clipped.append(np.clip(ix, 0, arr.shape[d] - 1))
-        vals = arr[tuple(clipped)] if clipped else arr[()]
+        vals, ok = take(self.data[e.tensor], idx)
         vals = convert(vals, t) if vals.dtype != np_t else vals
         return np.where(ok, vals, convert(np.asarray(self.pad), t))
 
