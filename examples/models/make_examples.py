@@ -9,6 +9,11 @@ average pooling, a fully connected layer and softmax over 10 classes. About 30k 
 ``mini_bert.onnx``: a two-layer BERT encoder as ``torch.onnx.export`` writes Hugging Face's (hidden size 32, 4
 heads, a vocabulary of 100, 16 tokens): int64 ``input_ids``, ``token_type_ids`` and ``attention_mask`` in,
 ``last_hidden_state`` out; built by ``tests/support/language_graphs.py``, which the tests use too.
+
+``mini_gpt2.onnx`` and ``mini_gpt2_decoder.onnx``: a two-layer GPT-2 (hidden size 32, 4 heads, a vocabulary of 100,
+64 positions), the same weights twice as Optimum exports a causal LM: without a cache, its length open
+(``sequence``), and as the decoder with past key values (one token in, a cache of 31 positions: a context of 32;
+``position_ids`` as an input). ``examples/generate.py`` generates with them.
 """
 from __future__ import annotations
 
@@ -90,9 +95,12 @@ def mini_resnet() -> onnx.ModelProto:
 
 
 if __name__ == "__main__":
-    from tests.support.language_graphs import bert
+    from tests.support.language_graphs import bert, gpt2
 
-    for name, model in (("mini_resnet", mini_resnet()), ("mini_bert", bert(vocab=100, seq=16, seed=0))):
+    small = {"vocab": 100, "layers": 2, "positions": 64}
+    for name, model in (("mini_resnet", mini_resnet()), ("mini_bert", bert(vocab=100, seq=16, seed=0)),
+                        ("mini_gpt2", gpt2(open_seq=True, past=0, **small)),
+                        ("mini_gpt2_decoder", gpt2(seq=1, past=31, position_input=True, **small))):
         path = HERE / f"{name}.onnx"
         onnx.save(model, path)
         print(f"wrote {path}")

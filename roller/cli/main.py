@@ -17,7 +17,7 @@ from roller.errors import RollerError
 
 # Each module registers one top-level subcommand; a module that is not there yet is skipped, so the
 # command grows with the project without a central switch.
-_COMMAND_MODULES = ("op_cmd", "hw_cmd", "build_cmd", "run_cmd", "compare_cmd", "cache_cmd")
+_COMMAND_MODULES = ("op_cmd", "hw_cmd", "build_cmd", "run_cmd", "generate_cmd", "compare_cmd", "cache_cmd")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -61,6 +61,15 @@ def _growth(a: tuple[int, ...], b: tuple[int, ...], hi: int, other: int, what: s
     return out
 
 
+def _rows(array: np.ndarray, grow: Mapping[int, int], v: int) -> np.ndarray:
+    """A constant at size ``v``: its first rows along the dimensions that grow. A constant that grows so (the
+    position embeddings of the first ``s`` positions, a causal mask's first rows) is the greatest size's
+    prefix at every size, which the family checks at the second size."""
+    if not grow:
+        return array
+    return array[tuple(slice(0, v * grow[i]) if i in grow else slice(None) for i in range(array.ndim))]
+
+
 class _Mismatch(Exception):
     pass
 
@@ -158,7 +167,8 @@ class GraphFamily:
                     nodes.append(dataclasses.replace(node, pieces=tuple(pieces)))
                 else:
                     nodes.append(node)
-            self._graphs[v] = Graph(g.name, list(g.inputs), list(g.outputs), values, dict(g.constants), nodes)
+            constants = {n: _rows(arr, self.values.get(n, {}), v) for n, arr in g.constants.items()}
+            self._graphs[v] = Graph(g.name, list(g.inputs), list(g.outputs), values, constants, nodes)
         return self._graphs[v]
 
 
@@ -172,14 +182,15 @@ def graph_family(top: Graph, other_graph: Graph, sym: str, lo: int, hi: int, oth
                 set(top.values) != set(other_graph.values) or len(others) != len(top.nodes) or \
                 any(type(others.get(n.output)) is not type(n) or others[n.output].name != n.name for n in top.nodes):
             raise _Mismatch("the graph's steps differ between sizes (fusion or import decided otherwise)")
-        for name, arr in top.constants.items():
-            if name not in other_graph.constants or not np.array_equal(arr, other_graph.constants[name]):
-                raise _Mismatch(f"constant {name} changes with the size")
         values = {}
         for name, val in top.values.items():
             grow = _growth(val.shape, other_graph.values[name].shape, hi, other, f"value {name}")
             if grow:
                 values[name] = grow
+        for name, arr in top.constants.items():
+            if name not in other_graph.constants or not np.array_equal(
+                    _rows(arr, values.get(name, {}), other), other_graph.constants[name]):
+                raise _Mismatch(f"constant {name} changes with the size")
         ops: dict[str, ScaledOp | None] = {}
         pieces: dict[tuple[str, int], tuple[dict[int, int], dict[int, int], dict[int, int]]] = {}
         for a, b in ((n, others[n.output]) for n in top.nodes):
@@ -277,10 +288,11 @@ class GenericModel(TargetBound):
         if self._executor is None or cap > self._capacity:
             g = self.family.at(cap)
             if self.greatest_layout:
-                top = self.family.top.values
+                top = self.family.top
                 g = Graph(g.name, list(g.inputs), list(g.outputs),
-                          {n: top[n] if n in self.greatest_layout else val for n, val in g.values.items()},
-                          dict(g.constants), list(g.nodes))
+                          {n: top.values[n] if n in self.greatest_layout else val for n, val in g.values.items()},
+                          {n: top.constants[n] if n in self.greatest_layout else arr for n, arr in g.constants.items()},
+                          list(g.nodes))
             pads: dict[str, tuple[InputPad | None, ...]] = {}
             for node in g.op_nodes:
                 if node.output in self.sets:
@@ -334,6 +346,16 @@ class GenericModel(TargetBound):
         val = self.family.top.values[name]
         return _scaled(val.shape, self.family.values.get(name, {}), v)
 
+    def _held(self, name: str, v: int) -> tuple[tuple[int, ...], tuple[slice, ...] | None]:
+        """How an input or output at size ``v`` lies in its buffer: the buffer's shape, and where the value is
+        in it (None where it is the buffer's first elements: the size leads it, or it is at the capacity)."""
+        shape = self.value_shape(name, v)
+        held = self._executor.graph.values[name].shape if self._executor is not None else shape
+        if name not in self.family.values or _leads(self.family.top.values[name].shape, self.family.values[name]) \
+                or tuple(held) == shape:
+            return shape, None
+        return tuple(held), tuple(slice(0, d) for d in shape)
+
     def run(self, inputs: Mapping[str, np.ndarray], v: int) -> dict[str, np.ndarray]:
         ex = self._prepare(inputs, v)
         ex.enqueue()
@@ -341,9 +363,10 @@ class GenericModel(TargetBound):
         for name in ex.graph.outputs:
             val = ex.graph.values[name]
             kind = dtype_of(val.dtype)
-            host: np.ndarray = np.empty(self.value_shape(name, v), dtype=kind.storage)
+            shape, where = self._held(name, v)
+            host: np.ndarray = np.empty(shape, dtype=kind.storage)
             self.device.download(ex.buffers[ex.plan.value_buffer[name]], host)
-            outputs[name] = kind.from_storage(host)
+            outputs[name] = kind.from_storage(host if where is None else np.ascontiguousarray(host[where]))
         return outputs
 
     def _prepare(self, inputs: Mapping[str, np.ndarray], v: int) -> Executor:
@@ -356,6 +379,12 @@ class GenericModel(TargetBound):
             if tuple(arr.shape) != self.value_shape(name, v):
                 raise InputError(f"input {name!r} has shape {list(arr.shape)}, the model takes "
                                  f"{list(self.value_shape(name, v))} at {self.family.symbol}={v}")
+            shape, where = self._held(name, v)
+            if where is not None:
+                # The size does not lead it: its rows lie apart in the buffer, the gaps never read as data.
+                whole = np.zeros(shape, arr.dtype)
+                whole[where] = arr
+                arr = whole
             self.device.upload(ex.buffers[ex.plan.value_buffer[name]], dtype_of(val.dtype).to_storage(arr))
         return ex
 
@@ -411,10 +440,6 @@ def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -
     if not backend.sub_grid:
         return f"the {backend.name} backend launches every kernel on the grid it was built for"
     g = family.top
-    for name in [*g.inputs, *g.outputs]:
-        grow = family.values.get(name, {})
-        if grow and not _leads(g.values[name].shape, grow):
-            return f"the size does not lead {name}'s dimensions"
     # A copy's rectangles are planned at the capacity, which lays out only a value the size leads as it lies
     # at a smaller size (a prefix of rows).
     for node in g.nodes:
@@ -450,6 +475,11 @@ def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -
             sets[node.output] = found
     layout = _greatest_layout(family, sets, exact)
     if isinstance(layout, str):
+        grown = sorted(_not_led(family) & set(g.constants))
+        if grown:
+            # Its operators built per size would read it as it lies at that size, from a buffer planned at the
+            # capacity (an input or a value is written so at each run; a constant is uploaded once).
+            return f"{layout}; constant {grown[0]} grows with the size other than in its leading dimension"
         # Some operator on a value the symbol does not lead is built per size (with the value as it is at that
         # size): so is every other operator on such a value.
         inner = _not_led(family)

@@ -91,3 +91,25 @@ def test_token_ids_are_checked_and_clamped_never_read_outside() -> None:
         np.testing.assert_array_equal(m.run(other)[m.output_names[0]], want[m.output_names[0]])
     with pytest.raises(InputError, match="input 'input_ids' has dtype float32, the model takes int64"):
         m.run(dict(feeds, input_ids=feeds["input_ids"].astype(np.float32)))
+
+
+@needs_device
+@pytest.mark.parametrize("build", [lambda: bert(open_seq=True), lambda: gpt2(open_seq=True, past=0)],
+                         ids=["bert", "gpt2-prefill"])
+def test_one_build_serves_every_sequence_length(build: object) -> None:
+    """The length is a ``dim_param``; positions, the causal mask's rows and the reshapes follow it at run time.
+    One build: a sentence of another length compiles nothing, and matches onnxruntime (GPT-2's present key and
+    value, whose length is not their leading dimension, come back at the run's length)."""
+    assert callable(build)
+    m = roller.compile_model(build(), hw="pocl-cpu", ranges={"sequence": (1, 16)})
+    assert m.mode == "generic", m.why
+    compiled = m.generic.kernels_compiled
+    rng = np.random.default_rng(7)
+    for length in (16, 5, 1, 11):
+        feeds = {"input_ids": rng.integers(0, 60, (1, length)), "attention_mask": np.ones((1, length), np.int64)}
+        feeds["attention_mask"][0, :length // 3] = 0
+        if "token_type_ids" in m.input_names:
+            feeds["token_type_ids"] = rng.integers(0, 2, (1, length))
+        report = m.check(feeds)
+        assert report["ok"], report
+    assert m.generic.kernels_compiled == compiled and not m.generic.per_size_compiled

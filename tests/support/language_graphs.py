@@ -16,7 +16,10 @@ FINFO_MIN = float(np.finfo(np.float32).min)
 
 
 class _Builder:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, open_seq: bool = False) -> None:
+        # With an open sequence length, shapes are read at run time as the exports do (Shape, Slice; Reshape's 0
+        # copies a dimension), never written as constants.
+        self.open_seq = open_seq
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.rng = np.random.default_rng(seed)
@@ -51,8 +54,27 @@ class _Builder:
                                               self.const(np.zeros(hidden, np.float32))], axis=-1, epsilon=1e-12)
 
     def heads(self, x: str, seq: int, heads: int, size: int, perm: list[int]) -> str:
-        split = self.op("Reshape", [x, self.const(np.array([1, seq, heads, size], np.int64))])
+        split = self.op("Reshape", [x, self.const(np.array([1, 0 if self.open_seq else seq, heads, size], np.int64))])
         return self.op("Transpose", [split], perm=perm)
+
+    def merge(self, ctx: str, seq: int, hidden: int) -> str:
+        """Attention's context [1, heads, seq, size] back to [1, seq, hidden]."""
+        rows = self.op("Transpose", [ctx], perm=[0, 2, 1, 3])
+        return self.op("Reshape", [rows, self.const(np.array([1, 0 if self.open_seq else seq, hidden], np.int64))])
+
+    def seq_len(self, ids: str) -> str:
+        """The sequence length, a 1-element int64 tensor, from the ids' shape."""
+        return self.op("Slice", [self.op("Shape", [ids]), self.const(np.array([1], np.int64)),
+                                 self.const(np.array([2], np.int64))])
+
+    def positions(self, ids: str, past: int, seq: int) -> str:
+        """Position ids [1, seq] after ``past`` cached tokens: a slice of a buffer (Hugging Face registers
+        ``position_ids`` as one), cut by the ids' run-time shape when the length is open."""
+        if not self.open_seq:
+            return self.const(np.arange(past, past + seq, dtype=np.int64).reshape(1, seq), "position_ids")
+        end = self.op("Add", [self.seq_len(ids), self.const(np.array([past], np.int64))])
+        return self.op("Slice", [self.const(np.arange(1024, dtype=np.int64).reshape(1, 1024), "position_table"),
+                                 self.const(np.array([past], np.int64)), end, self.const(np.array([1], np.int64))])
 
     def gelu(self, x: str) -> str:
         inner = self.op("Erf", [self.op("Div", [x, self.const(np.array(math.sqrt(2), np.float32))])])
@@ -60,7 +82,7 @@ class _Builder:
         return self.op("Mul", [half, self.const(np.array(0.5, np.float32))])
 
     def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[str],
-              shapes: dict[str, list[int]]) -> onnx.ModelProto:
+              shapes: dict[str, list[int | str]]) -> onnx.ModelProto:
         outs = [helper.make_tensor_value_info(o, F, shapes[o]) for o in outputs]
         graph = helper.make_graph(self.nodes, name, inputs, outs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -77,18 +99,17 @@ def _attention(b: _Builder, x: str, bias: str, seq: int, hidden: int, heads: int
     kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
     scores = b.op("Div", [b.op("MatMul", [q, kt]), b.const(np.array(math.sqrt(size), np.float32))])
     probs = b.op("Softmax", [b.op("Add", [scores, bias])], axis=-1)
-    ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-    merged = b.op("Reshape", [ctx, b.const(np.array([1, seq, hidden], np.int64))])
-    return b.linear(merged, hidden, hidden)
+    return b.linear(b.merge(b.op("MatMul", [probs, v]), seq, hidden), hidden, hidden)
 
 
 def bert(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 8, layers: int = 2,
-         seed: int = 0) -> onnx.ModelProto:
+         seed: int = 0, open_seq: bool = False) -> onnx.ModelProto:
     """BERT's encoder: word, position and token-type embeddings, the int64 attention mask as an additive bias,
-    ``layers`` post-norm layers with erf GELU; the last hidden state as output."""
-    b = _Builder(seed)
+    ``layers`` post-norm layers with erf GELU; the last hidden state as output. With ``open_seq`` the inputs'
+    length is the ``dim_param`` "sequence" (``seq`` is then only the weights' concern: none)."""
+    b = _Builder(seed, open_seq)
     ids, types, mask = "input_ids", "token_type_ids", "attention_mask"
-    positions = b.const(np.arange(seq, dtype=np.int64).reshape(1, seq), "position_ids")
+    positions = b.positions(ids, 0, seq)
     emb = b.op("Add", [b.op("Add", [b.op("Gather", [b.weight(vocab, hidden), ids]),
                                     b.op("Gather", [b.weight(2, hidden), types])]),
                        b.op("Gather", [b.weight(512, hidden), positions])])
@@ -102,28 +123,44 @@ def bert(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 8, layers
         ffn = b.linear(b.gelu(b.linear(x, hidden, 4 * hidden)), 4 * hidden, hidden)
         x = b.layer_norm(b.op("Add", [ffn, x]), hidden)
     out = b.op("Identity", [x], "last_hidden_state")
-    inputs = [helper.make_tensor_value_info(n, I64, [1, seq]) for n in (ids, types, mask)]
-    return b.model("bert", inputs, [out], {out: [1, seq, hidden]})
+    length: int | str = "sequence" if open_seq else seq
+    inputs = [helper.make_tensor_value_info(n, I64, [1, length]) for n in (ids, types, mask)]
+    return b.model("bert", inputs, [out], {out: [1, length, hidden]})
 
 
 def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: int = 6, layers: int = 1,
-         seed: int = 1) -> onnx.ModelProto:
+         seed: int = 1, open_seq: bool = False, position_input: bool = False, positions: int = 1024
+         ) -> onnx.ModelProto:
     """GPT-2 blocks with a KV cache: token and position embeddings (positions after the past), the causal mask
     selected with Where from the model's bool buffer, the int64 attention mask over past and new tokens,
     pre-norm attention and MLP (tanh GELU as GPT-2 writes it), tied output embeddings. Inputs ``input_ids``,
     ``attention_mask`` and, with a past, ``past_key``/``past_value`` per layer; outputs the logits and the
-    present key and value per layer (suffixed ``.{layer}`` where there are several layers)."""
-    b = _Builder(seed)
+    present key and value per layer (suffixed ``.{layer}`` where there are several layers). With ``open_seq``
+    (and no past) the length is the ``dim_param`` "sequence" and the causal mask is cut from the buffer by the
+    ids' run-time shape, as GPT-2 does; ``position_input`` takes ``position_ids`` as an input, as Optimum
+    exports GPT-2 with past key values. ``positions``: the position embeddings' and causal buffer's length."""
+    if open_seq and past:
+        raise ValueError("an open sequence length is built without a past")
+    b = _Builder(seed, open_seq)
     size, total = hidden // heads, past + seq
     wte = b.weight(vocab, hidden)
-    positions = b.const(np.arange(past, total, dtype=np.int64).reshape(1, seq), "position_ids")
-    x = b.op("Add", [b.op("Gather", [wte, "input_ids"]), b.op("Gather", [b.weight(1024, hidden), positions])])
-    causal = b.const(np.tril(np.ones((1024, 1024), bool))[None, None, past:total, :total], "causal")
+    positions_of = "position_ids" if position_input else b.positions("input_ids", past, seq)
+    x = b.op("Add", [b.op("Gather", [wte, "input_ids"]), b.op("Gather", [b.weight(positions, hidden), positions_of])])
+    if open_seq:
+        length = b.seq_len("input_ids")
+        table = b.const(np.tril(np.ones((positions, positions), bool))[None, None], "causal_buffer")
+        causal = b.op("Slice", [table, b.const(np.array([0, 0], np.int64)), b.op("Concat", [length, length], axis=0),
+                                b.const(np.array([2, 3], np.int64))])
+    else:
+        causal = b.const(np.tril(np.ones((positions, positions), bool))[None, None, past:total, :total], "causal")
     keep = b.op("Cast", [b.op("Unsqueeze", ["attention_mask", b.const(np.array([1, 2], np.int64))])], to=F)
     pad_bias = b.op("Mul", [b.op("Sub", [b.const(np.array(1.0, np.float32)), keep]),
                             b.const(np.array(FINFO_MIN, np.float32))])
-    inputs = [helper.make_tensor_value_info("input_ids", I64, [1, seq]),
-              helper.make_tensor_value_info("attention_mask", I64, [1, total])]
+    new: int | str = "sequence" if open_seq else seq
+    inputs = [helper.make_tensor_value_info("input_ids", I64, [1, new]),
+              helper.make_tensor_value_info("attention_mask", I64, [1, "sequence" if open_seq else total])]
+    if position_input:
+        inputs.append(helper.make_tensor_value_info("position_ids", I64, [1, new]))
     outputs, shapes = [], {}
     for layer in range(layers):
         tag = "" if layers == 1 else f".{layer}"
@@ -140,8 +177,7 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
                               b.const(np.array(math.sqrt(size), np.float32))])
         scores = b.op("Where", [causal, scores, b.const(np.array(FINFO_MIN, np.float32))])
         probs = b.op("Softmax", [b.op("Add", [scores, pad_bias])], axis=-1)
-        ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-        att = b.linear(b.op("Reshape", [ctx, b.const(np.array([1, seq, hidden], np.int64))]), hidden, hidden)
+        att = b.linear(b.merge(b.op("MatMul", [probs, v]), seq, hidden), hidden, hidden)
         x = b.op("Add", [x, att])
         h = b.linear(b.layer_norm(x, hidden), hidden, 4 * hidden)
         cube = b.op("Mul", [b.op("Mul", [h, h]), h])
@@ -152,9 +188,9 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
         x = b.op("Add", [x, b.linear(gelu, 4 * hidden, hidden)])
         for kind, value in (("key", k), ("value", v)):
             outputs.append(b.op("Identity", [value], f"present_{kind}{tag}"))
-            shapes[outputs[-1]] = [1, heads, total, size]
+            shapes[outputs[-1]] = [1, heads, "sequence" if open_seq else total, size]
     logits = b.op("MatMul", [b.layer_norm(x, hidden), b.op("Transpose", [wte], perm=[1, 0])], "logits")
-    shapes[logits] = [1, seq, vocab]
+    shapes[logits] = [1, new, vocab]
     return b.model("gpt2", inputs, [logits, *outputs], shapes)
 
 
