@@ -174,9 +174,12 @@ class Generator:
                 raise InputError(f"the prefill model does not give {(missing or [self.roles.logits])[0]!r}, "
                                  "which the decoder's cache needs", source=as_model(prefill).source or "prefill")
         self._cache: dict[str, np.ndarray] = {}
-        # One step on an empty cache: PoCL finishes compiling a kernel at its first launch, which belongs to the
-        # build, not to the first token.
+        # One step on an empty cache, and the longest prompt through the prefill: PoCL finishes compiling a
+        # kernel at its first launch, and a prefill model plans its buffers (and uploads its weights) for the
+        # longest length it has run; both belong to the build, not to the first prompt.
         self._empty_cache()
+        if self.prefill is not None:
+            self._prompt([0] * (context - 1))
         self._step(0, 0)
         self.build_s = time.perf_counter() - t
 

@@ -33,7 +33,10 @@ def _greedy_without_cache(model: object, prompt: list[int], n: int) -> tuple[lis
 @needs_device
 @pytest.mark.parametrize("with_prefill", [False, True], ids=["token-by-token", "prefill"])
 def test_gpt2_generates_what_the_model_computes_without_a_cache(with_prefill: bool) -> None:
-    decoder = gpt2(seq=1, past=CONTEXT - 1, layers=2, position_input=True)
+    """Token by token through a decoder whose cache length is fixed at the context; and a prompt at once, then a
+    decoder exported with its cache's length open (its causal rows cut by the past's run-time shape), which the
+    generator fixes at the context."""
+    decoder = gpt2(seq=1, past=CONTEXT - 1, layers=2, position_input=True, open_past=with_prefill)
     whole = gpt2(open_seq=True, past=0, layers=2)   # the same weights, no cache, any length
     gen = Generator(decoder, "pocl-cpu", context=CONTEXT, prefill=whole if with_prefill else None)
     compiled = gen.kernels_compiled

@@ -14,7 +14,7 @@ import roller
 import roller.compiler.onnx_backend as backend
 from roller.backends import get
 from roller.errors import InputError
-from tests.support.language_graphs import bert, gpt2, llama
+from tests.support.language_graphs import bert, distilbert, gpt2, llama, t5_encoder
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
@@ -113,3 +113,20 @@ def test_one_build_serves_every_sequence_length(build: object) -> None:
         report = m.check(feeds)
         assert report["ok"], report
     assert m.generic.kernels_compiled == compiled and not m.generic.per_size_compiled
+
+
+@needs_device
+@pytest.mark.parametrize("build", [distilbert, t5_encoder], ids=["distilbert", "t5-encoder"])
+def test_distilbert_and_t5_encoders_match_onnxruntime(build: object) -> None:
+    """DistilBERT's masked_fill (Equal, Expand to the scores' run-time shape, Where) and T5's relative position
+    buckets (int64 Range, Abs, Log, Min, Where, gathered from the bias table): other sentences, same build."""
+    assert callable(build)
+    m = roller.compile_model(build(), hw="pocl-cpu")
+    kernels = list(m.kernels)
+    rng = np.random.default_rng(11)
+    for cut in (8, 3):
+        mask = np.ones((1, 8), np.int64)
+        mask[0, cut:] = 0
+        report = m.check({"input_ids": rng.integers(0, 60, (1, 8)), "attention_mask": mask})
+        assert report["ok"], report
+    assert m.kernels == kernels

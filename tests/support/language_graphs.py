@@ -128,9 +128,93 @@ def bert(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 8, layers
     return b.model("bert", inputs, [out], {out: [1, length, hidden]})
 
 
+def distilbert(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 8, layers: int = 2, seed: int = 3,
+               open_seq: bool = False) -> onnx.ModelProto:
+    """DistilBERT's encoder as its export writes it: word and position embeddings (no token types), the query
+    scaled before its product with the keys, and the padding mask applied with ``masked_fill``: Equal to 0,
+    Unsqueeze, Expand to the scores' run-time shape, Where over the float32 minimum."""
+    b = _Builder(seed, open_seq)
+    size = hidden // heads
+    emb = b.op("Add", [b.op("Gather", [b.weight(vocab, hidden), "input_ids"]),
+                       b.op("Gather", [b.weight(512, hidden), b.positions("input_ids", 0, seq)])])
+    x = b.layer_norm(emb, hidden)
+    padded = b.op("Unsqueeze", [b.op("Equal", ["attention_mask", b.const(np.array(0, np.int64))]),
+                                b.const(np.array([1, 2], np.int64))])
+    for _ in range(layers):
+        q = b.heads(b.linear(x, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+        q = b.op("Div", [q, b.const(np.array(math.sqrt(size), np.float32))])
+        k = b.heads(b.linear(x, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+        v = b.heads(b.linear(x, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
+        scores = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+        mask = b.op("Expand", [padded, b.op("Shape", [scores])])
+        scores = b.op("Where", [mask, b.const(np.array(FINFO_MIN, np.float32)), scores])
+        att = b.linear(b.merge(b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v]), seq, hidden), hidden, hidden)
+        x = b.layer_norm(b.op("Add", [att, x]), hidden)
+        ffn = b.linear(b.gelu(b.linear(x, hidden, 4 * hidden)), 4 * hidden, hidden)
+        x = b.layer_norm(b.op("Add", [ffn, x]), hidden)
+    out = b.op("Identity", [x], "last_hidden_state")
+    length: int | str = "sequence" if open_seq else seq
+    inputs = [helper.make_tensor_value_info(n, I64, [1, length]) for n in ("input_ids", "attention_mask")]
+    return b.model("distilbert", inputs, [out], {out: [1, length, hidden]})
+
+
+def t5_encoder(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 8, layers: int = 2, buckets: int = 32,
+               max_distance: int = 128, seed: int = 4, open_seq: bool = False) -> onnx.ModelProto:
+    """T5's encoder as its export writes it: RMS layer norms without a bias, attention without scaling whose
+    relative position bias is gathered from a table by buckets computed in int64 from the run-time length (Range,
+    Sub, Greater, Abs, Less, Log of the distance, Min, Where: ``_relative_position_bucket``), the padding mask as
+    an additive bias, and a ReLU feed-forward."""
+    b = _Builder(seed, open_seq)
+    size = hidden // heads
+
+    def norm(x: str) -> str:
+        var = b.op("ReduceMean", [b.op("Pow", [x, b.const(np.array(2.0, np.float32))])], axes=[-1], keepdims=1)
+        scale = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [var, b.const(np.array(1e-6, np.float32))])])])
+        return b.op("Mul", [b.weight(hidden, scale=1.0), b.op("Mul", [x, scale])])
+
+    def i64(value: int) -> str:
+        return b.const(np.array(value, np.int64))
+
+    length = b.op("Squeeze", [b.seq_len("input_ids")] if open_seq else [b.const(np.array([seq], np.int64))])
+    steps = b.op("Range", [i64(0), length, i64(1)])
+    relative = b.op("Sub", [b.op("Unsqueeze", [steps, b.const(np.array([0], np.int64))]),
+                            b.op("Unsqueeze", [steps, b.const(np.array([1], np.int64))])])   # memory - context
+    half = buckets // 2
+    exact = half // 2
+    ahead = b.op("Mul", [b.op("Cast", [b.op("Greater", [relative, i64(0)])], to=I64), i64(half)])
+    distance = b.op("Abs", [relative])
+    far = b.op("Div", [b.op("Log", [b.op("Div", [b.op("Cast", [distance], to=F),
+                                                 b.const(np.array(exact, np.float32))])]),
+                       b.const(np.array(math.log(max_distance / exact), np.float32))])
+    far = b.op("Add", [i64(exact), b.op("Cast", [b.op("Mul", [far, b.const(np.array(half - exact, np.float32))])],
+                                       to=I64)])
+    far = b.op("Min", [far, i64(half - 1)])
+    bucket = b.op("Add", [ahead, b.op("Where", [b.op("Less", [distance, i64(exact)]), distance, far])])
+    bias = b.op("Unsqueeze", [b.op("Transpose", [b.op("Gather", [b.weight(buckets, heads, scale=1.0), bucket])],
+                                   perm=[2, 0, 1]), b.const(np.array([0], np.int64))])
+    keep = b.op("Cast", [b.op("Unsqueeze", ["attention_mask", b.const(np.array([1, 2], np.int64))])], to=F)
+    bias = b.op("Add", [bias, b.op("Mul", [b.op("Sub", [b.const(np.array(1.0, np.float32)), keep]),
+                                           b.const(np.array(FINFO_MIN, np.float32))])])
+    x = b.op("Gather", [b.weight(vocab, hidden, scale=1.0), "input_ids"])
+    for _ in range(layers):
+        h = norm(x)
+        q, k, v = (b.heads(b.op("MatMul", [h, b.weight(hidden, hidden)]), seq, heads, size, [0, 2, 1, 3])
+                   for _ in range(3))
+        scores = b.op("Add", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]), bias])
+        ctx = b.merge(b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v]), seq, hidden)
+        x = b.op("Add", [x, b.op("MatMul", [ctx, b.weight(hidden, hidden)])])
+        ffn = b.op("MatMul", [b.op("Relu", [b.op("MatMul", [norm(x), b.weight(hidden, 4 * hidden)])]),
+                              b.weight(4 * hidden, hidden)])
+        x = b.op("Add", [x, ffn])
+    out = b.op("Identity", [norm(x)], "last_hidden_state")
+    width: int | str = "sequence" if open_seq else seq
+    inputs = [helper.make_tensor_value_info(n, I64, [1, width]) for n in ("input_ids", "attention_mask")]
+    return b.model("t5_encoder", inputs, [out], {out: [1, width, hidden]})
+
+
 def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: int = 6, layers: int = 1,
-         seed: int = 1, open_seq: bool = False, position_input: bool = False, positions: int = 1024
-         ) -> onnx.ModelProto:
+         seed: int = 1, open_seq: bool = False, position_input: bool = False, positions: int = 1024,
+         open_past: bool = False) -> onnx.ModelProto:
     """GPT-2 blocks with a KV cache: token and position embeddings (positions after the past), the causal mask
     selected with Where from the model's bool buffer, the int64 attention mask over past and new tokens,
     pre-norm attention and MLP (tanh GELU as GPT-2 writes it), tied output embeddings. Inputs ``input_ids``,
@@ -138,9 +222,14 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
     present key and value per layer (suffixed ``.{layer}`` where there are several layers). With ``open_seq``
     (and no past) the length is the ``dim_param`` "sequence" and the causal mask is cut from the buffer by the
     ids' run-time shape, as GPT-2 does; ``position_input`` takes ``position_ids`` as an input, as Optimum
-    exports GPT-2 with past key values. ``positions``: the position embeddings' and causal buffer's length."""
+    exports GPT-2 with past key values. ``positions``: the position embeddings' and causal buffer's length.
+    ``open_past`` (with ``position_input``) leaves the cache's length open (``past_sequence``; the mask's and
+    the present's ``total_sequence``), the causal rows cut by the past's run-time shape: the cache onnxruntime
+    grows by one position a step."""
     if open_seq and past:
         raise ValueError("an open sequence length is built without a past")
+    if open_past and not (past and position_input):
+        raise ValueError("an open past needs a past and position_ids as an input")
     b = _Builder(seed, open_seq)
     size, total = hidden // heads, past + seq
     wte = b.weight(vocab, hidden)
@@ -151,6 +240,14 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
         table = b.const(np.tril(np.ones((positions, positions), bool))[None, None], "causal_buffer")
         causal = b.op("Slice", [table, b.const(np.array([0, 0], np.int64)), b.op("Concat", [length, length], axis=0),
                                 b.const(np.array([2, 3], np.int64))])
+    elif open_past:
+        first = "past_key" if layers == 1 else "past_key.0"
+        start = b.op("Slice", [b.op("Shape", [first]), b.const(np.array([2], np.int64)),
+                               b.const(np.array([3], np.int64))])
+        end = b.op("Add", [start, b.const(np.array([seq], np.int64))])
+        table = b.const(np.tril(np.ones((positions, positions), bool))[None, None], "causal_buffer")
+        causal = b.op("Slice", [table, b.op("Concat", [start, b.const(np.array([0], np.int64))], axis=0),
+                                b.op("Concat", [end, end], axis=0), b.const(np.array([2, 3], np.int64))])
     else:
         causal = b.const(np.tril(np.ones((positions, positions), bool))[None, None, past:total, :total], "causal")
     keep = b.op("Cast", [b.op("Unsqueeze", ["attention_mask", b.const(np.array([1, 2], np.int64))])], to=F)
@@ -158,7 +255,8 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
                             b.const(np.array(FINFO_MIN, np.float32))])
     new: int | str = "sequence" if open_seq else seq
     inputs = [helper.make_tensor_value_info("input_ids", I64, [1, new]),
-              helper.make_tensor_value_info("attention_mask", I64, [1, "sequence" if open_seq else total])]
+              helper.make_tensor_value_info("attention_mask", I64, [1, "sequence" if open_seq else
+                                                                    "total_sequence" if open_past else total])]
     if position_input:
         inputs.append(helper.make_tensor_value_info("position_ids", I64, [1, new]))
     outputs, shapes = [], {}
@@ -169,7 +267,8 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
         k = b.heads(b.linear(h, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
         v = b.heads(b.linear(h, hidden, hidden), seq, heads, size, [0, 2, 1, 3])
         if past:
-            inputs += [helper.make_tensor_value_info(f"past_{kind}{tag}", F, [1, heads, past, size])
+            inputs += [helper.make_tensor_value_info(f"past_{kind}{tag}", F,
+                                                     [1, heads, "past_sequence" if open_past else past, size])
                        for kind in ("key", "value")]
             k = b.op("Concat", [f"past_key{tag}", k], axis=2)
             v = b.op("Concat", [f"past_value{tag}", v], axis=2)
@@ -188,7 +287,8 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
         x = b.op("Add", [x, b.linear(gelu, 4 * hidden, hidden)])
         for kind, value in (("key", k), ("value", v)):
             outputs.append(b.op("Identity", [value], f"present_{kind}{tag}"))
-            shapes[outputs[-1]] = [1, heads, "sequence" if open_seq else total, size]
+            shapes[outputs[-1]] = [1, heads, "sequence" if open_seq else "total_sequence" if open_past else total,
+                                   size]
     logits = b.op("MatMul", [b.layer_norm(x, hidden), b.op("Transpose", [wte], perm=[1, 0])], "logits")
     shapes[logits] = [1, new, vocab]
     return b.model("gpt2", inputs, [logits, *outputs], shapes)
