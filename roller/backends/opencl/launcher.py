@@ -12,6 +12,7 @@ import math
 import shlex
 import statistics
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,10 @@ from roller.settings import settings
 
 POCL_PLATFORM = "Portable Computing Language"
 _CTX: dict[str, Any] = {}
+# A model's kernels are compiled by a pool of threads; two of them creating the context at once made two, and a
+# kernel launched on the other context's queue was not ordered with the executor's copies: the first run of a
+# new process read outputs before they were written (a wrong answer that nothing reported).
+_CTX_LOCK = threading.Lock()
 
 
 def import_opencl() -> Any:
@@ -102,12 +107,13 @@ def why_unavailable() -> str:
 def context(spec: str | None = None) -> tuple[Any, Any, Any]:
     cl = import_opencl()
     key = spec or settings.opencl.device or ""
-    if key not in _CTX:
-        dev = pick_device(spec)
-        ctx = cl.Context([dev])
-        queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        _CTX[key] = (ctx, queue, dev)
-    return _CTX[key]
+    with _CTX_LOCK:
+        if key not in _CTX:
+            dev = pick_device(spec)
+            ctx = cl.Context([dev])
+            queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+            _CTX[key] = (ctx, queue, dev)
+        return _CTX[key]
 
 
 class CLRunner(Runner):
