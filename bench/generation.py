@@ -66,7 +66,7 @@ def measure(hw: str, layers: int, context: int, prompt_len: int, new: int, round
     gen = Generator(decoder, hw, context=context, prefill=prefill)
     row: dict[str, Any] = {"hw": hw, "layers": layers, "context": context, "prompt": prompt_len, "new": new,
                            "build_first_s": time.perf_counter() - t,
-                           "prefill_mode": getattr(gen.prefill, "mode", "static")}
+                           "prefill_mode": gen.prefill_mode, "prefill_why": gen.prefill_why}
     compiled = gen.kernels_compiled
     sess_prefill, sess_decoder = ort_session(prefill), ort_session(decoder)
     rng = np.random.default_rng(0)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in r.items() if "rounds" not in k}, indent=1))
     if args.json:
         table = [{"model": f"GPT-2 small structure, {r['layers']} layers", "context": r["context"],
-                  "prompt tokens": r["prompt"], "new tokens": r["new"],
+                  "prompt tokens": r["prompt"], "prefill": r["prefill_mode"], "new tokens": r["new"],
                   "onnxruntime ms/token": f"{r['ort_token_ms']:.1f}", "Roller ms/token": f"{r['roller_token_ms']:.1f}",
                   "Roller / ORT per token": f"{r['token_ratio']:.2f}x",
                   "prompt ms ORT / Roller": f"{r['ort_prompt_ms']:.0f} / {r['roller_prompt_ms']:.0f}",

@@ -21,8 +21,8 @@ only to order the runs of one day), ``machine`` (else its ``cpu`` or ``device``)
 current) and ``transcribed_from``. Files that predate these fields have them in bench/results/sources.json,
 whose entry wins over the file's own fields; without either, the date comes from the file name.
 
-The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-`` and ``language-`` files are
-loose: ``rows`` is a list of objects whose keys become the table's columns; ``target`` is shown above the
+The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-``, ``language-`` and ``generation-``
+files are loose: ``rows`` is a list of objects whose keys become the table's columns; ``target`` is shown above the
 table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
 optional ``gflops``}]}) and ``memory`` ({``rows``: [{``op``, ``vs_copy``: one ratio or a list, one per run,
 optional ``gbps``, ``copy_gbps``}]}). Expected of compile time (issue 39), one row per build timed::
@@ -54,7 +54,8 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "gpu": "bash bench/gpu_session.sh", "pocl": "python bench/pocl.py",
          "construct": "python bench/construct.py", "checks": "the CUDA and HIP compile checks",
          "compare": "roller compare", "compile-time": "python bench/compile_time.py",
-         "language": "python bench/language.py --json FILE"}
+         "language": "python bench/language.py --json FILE",
+         "generation": "python bench/generation.py --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -442,6 +443,13 @@ def render(folder: Path = RESULTS) -> str:
                "(inputs uploaded, outputs downloaded) against onnxruntime in the same process, alternating, "
                "medians (`bench/language.py`)."),
               "Not measured yet: `python bench/language.py --json bench/results/language-DATE.json`."),
+             ("generation", "Greedy generation with a KV cache against onnxruntime (CPU)",
+              ("GPT-2 small's structure with random weights, exported with and without its cache; Roller's "
+               "decoder built once at the context size (`roller.compiler.generation`: a static cache masked "
+               "by the attention mask) and its prefill once (over every prompt length, or at the longest, a prompt "
+               "padded to it), onnxruntime growing the cache a position a step; the same prompt through each, alternating, median time of a new "
+               "token (`bench/generation.py`)."),
+              "Not measured yet: `python bench/generation.py --json bench/results/generation-DATE.json`."),
              ("compile-time", "Compile time", "Wall time of whole builds, by `bench/compile_time.py`.",
               ("Not measured yet (issue 39): `bench/compile_time.py` will write "
                "`bench/results/compile-time-*.json`.")),

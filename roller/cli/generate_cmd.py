@@ -52,4 +52,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     steps = f"; {len(out.step_s)} more at {out.tokens_per_s:.1f} tokens/s" if out.step_s else ""
     print(f"built in {gen.build_s:.1f} s ({gen.kernels_compiled} kernels); prompt of {len(args.prompt)} tokens "
           f"in {out.prompt_s * 1e3:.1f} ms{steps}")
+    if gen.prefill_why:
+        print(f"the prefill is built at {args.context - 1} tokens, a prompt padded to them: {gen.prefill_why}")
     return 0

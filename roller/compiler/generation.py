@@ -12,7 +12,8 @@ the cache at its true length; the cost is attention over the whole context at ev
 The decoder is given its new key and value rows as outputs (a Slice of each ``present`` output at its last
 position), so a step downloads one position per layer, not the whole cache. A prompt runs token by token through
 the decoder, or at once through a ``prefill`` model (the same weights without a past, its length open: a
-``DynamicModel`` built once over every prompt length) when one is given.
+``DynamicModel`` built once over every prompt length) when one is given; where that model would be built per
+length, it is built once at the longest prompt and a shorter one padded on the right (``prefill_mode``).
 """
 from __future__ import annotations
 
@@ -117,6 +118,12 @@ def _roles(proto: Any, context: int, where: str) -> _Roles:
     return _Roles(cache, logits, shapes)
 
 
+def _input_names(proto: Any) -> set[str]:
+    """The model's inputs (not its initialisers)."""
+    inits = {i.name for i in proto.graph.initializer}
+    return {i.name for i in proto.graph.input if i.name not in inits}
+
+
 def _new_rows(proto: Any, roles: _Roles) -> Any:
     """The decoder with its logits and each present output's last position as outputs (``<present>.new``)."""
     import onnx
@@ -161,7 +168,9 @@ class Generator:
                                             shapes=self.roles.shapes, **options)
         if not hasattr(self.decoder, "graph"):
             raise InputError("the decoder still has open sizes at the context's shapes", source=where)
-        self.prefill = None
+        self.prefill: Any = None   # a DynamicModel over every prompt length, or a Model at the longest
+        self.prefill_why = ""   # why the prefill is built at the longest prompt only (not over every length)
+        self._padded_prefill = False
         if prefill is not None:
             from roller.compiler.dynamic_model import open_dims
 
@@ -169,6 +178,14 @@ class Generator:
             # A prompt is at most context - 1 tokens: the open length is built for that range, no more.
             ranges = {sym: (1, context - 1) for dims in open_dims(source, None).values() for sym in dims.values()}
             self.prefill = roller.compile_model(source, hw, backend, ranges=ranges, **options)
+            if getattr(self.prefill, "mode", "generic") != "generic":
+                # Built per length, a new prompt length would compile: instead one build at the longest prompt,
+                # a shorter one padded on the right (a causal model's tokens never see the ones after them;
+                # the padding is masked out besides) and its first rows kept.
+                self.prefill_why = str(self.prefill.why)
+                shapes = {name: [1, context - 1] for name in (IDS, MASK, POSITIONS) if name in _input_names(source)}
+                self.prefill = roller.compile_model(source, hw, backend, shapes=shapes, **options)
+                self._padded_prefill = True
             missing = [p for p in self.roles.cache.values() if p not in self.prefill.output_names]
             if missing or self.roles.logits not in self.prefill.output_names:
                 raise InputError(f"the prefill model does not give {(missing or [self.roles.logits])[0]!r}, "
@@ -189,11 +206,19 @@ class Generator:
                        for past in self.roles.cache}
 
     @property
+    def prefill_mode(self) -> str:
+        """How a prompt runs: "token by token" (no prefill model), "every length" (one build over every prompt
+        length), or "padded" (one build at the longest prompt; ``prefill_why`` says why)."""
+        return "token by token" if self.prefill is None else "padded" if self._padded_prefill else "every length"
+
+    @property
     def kernels_compiled(self) -> int:
         """Kernels compiled so far by the decoder and the prefill model: the same after every ``generate``."""
         n = len(self.decoder.by_key)
-        if self.prefill is not None:
-            gm = getattr(self.prefill, "generic", None)
+        if self._padded_prefill:
+            n += len(self.prefill.by_key)
+        elif self.prefill is not None:
+            gm = self.prefill.generic
             n += gm.kernels_compiled if gm is not None else sum(len(m.by_key) for m in self.prefill.models.values())
         return n
 
@@ -221,13 +246,16 @@ class Generator:
                 logits = self._step(token, i)
             return logits
         n = len(prompt)
-        feeds = {IDS: np.array([prompt], np.int64), MASK: np.ones((1, n), np.int64)}
+        width = self.context - 1 if self._padded_prefill else n
+        ids, mask = np.zeros((1, width), np.int64), np.zeros((1, width), np.int64)
+        ids[0, :n], mask[0, :n] = prompt, 1
+        feeds = {IDS: ids, MASK: mask}
         if POSITIONS in self.prefill.input_names:
-            feeds[POSITIONS] = np.arange(n, dtype=np.int64)[None]
+            feeds[POSITIONS] = np.arange(width, dtype=np.int64)[None]
         out = self.prefill.run(feeds)
         for past, present in self.roles.cache.items():
-            self._cache[past][:, :, :n] = out[present]
-        return np.asarray(out[self.roles.logits][0, -1])
+            self._cache[past][:, :, :n] = out[present][:, :, :n]
+        return np.asarray(out[self.roles.logits][0, n - 1])
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int, eos: int | None = None,
                  output_scores: bool = False) -> Generation:

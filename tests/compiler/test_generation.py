@@ -31,14 +31,17 @@ def _greedy_without_cache(model: object, prompt: list[int], n: int) -> tuple[lis
 
 
 @needs_device
-@pytest.mark.parametrize("with_prefill", [False, True], ids=["token-by-token", "prefill"])
-def test_gpt2_generates_what_the_model_computes_without_a_cache(with_prefill: bool) -> None:
+@pytest.mark.parametrize("prefill", ["none", "generic", "padded"])
+def test_gpt2_generates_what_the_model_computes_without_a_cache(prefill: str) -> None:
     """Token by token through a decoder whose cache length is fixed at the context; and a prompt at once, then a
     decoder exported with its cache's length open (its causal rows cut by the past's run-time shape), which the
-    generator fixes at the context."""
-    decoder = gpt2(seq=1, past=CONTEXT - 1, layers=2, position_input=True, open_past=with_prefill)
+    generator fixes at the context. The prefill is built once over every length, or, where it would be built
+    per length (here: asked to), once at the longest prompt, shorter ones padded on the right."""
+    decoder = gpt2(seq=1, past=CONTEXT - 1, layers=2, position_input=True, open_past=prefill != "none")
     whole = gpt2(open_seq=True, past=0, layers=2)   # the same weights, no cache, any length
-    gen = Generator(decoder, "pocl-cpu", context=CONTEXT, prefill=whole if with_prefill else None)
+    gen = Generator(decoder, "pocl-cpu", context=CONTEXT, prefill=whole if prefill != "none" else None,
+                    generic=prefill != "padded")
+    assert bool(gen.prefill_why) == (prefill == "padded")
     compiled = gen.kernels_compiled
     for prompt in ([5, 7, 9], [1], list(range(3, 11))):
         n = CONTEXT - len(prompt)
