@@ -355,6 +355,10 @@ def _call(fn: str, args: list[np.ndarray]) -> np.ndarray:
         return 1.0 / np.sqrt(x)
     if fn == "tanh":
         return np.tanh(x)
+    if fn == "cos":
+        return np.cos(x)
+    if fn == "sin":
+        return np.sin(x)
     if fn == "erf":
         return np.asarray(_erf(x), dtype=np.float64)
     if fn == "sigmoid":
@@ -389,7 +393,7 @@ _TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 # Error of one evaluation of each function, in ulps of its result (1 ulp = 2 unit roundoffs): the OpenCL C 1.2
 # single-precision limits (CUDA's and HIP's are tighter); sigmoid is exp, an add and a division.
 _ULPS = {"exp": 3, "log": 3, "sqrt": 3, "rsqrt": 2, "tanh": 5, "erf": 16, "sigmoid": 7, "relu": 0, "abs": 0,
-         "max": 0, "min": 0}
+         "max": 0, "min": 0, "cos": 4, "sin": 4}
 _DIV_ULPS = 2.5
 
 
@@ -567,7 +571,7 @@ def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: fl
         ax, adx = np.abs(x), np.abs(dx)
         if e.fn in ("max", "min"):
             prop = np.maximum(adx, np.abs(pairs[1][1]))
-        elif e.fn in ("relu", "abs", "tanh"):
+        elif e.fn in ("relu", "abs", "tanh", "cos", "sin"):   # |f'| <= 1
             prop = adx
         elif e.fn == "erf":
             prop = 1.1284 * adx

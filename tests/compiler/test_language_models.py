@@ -53,9 +53,11 @@ def test_gpt2_block_with_a_kv_cache_matches_onnxruntime() -> None:
 
 
 @needs_device
-def test_llama_layer_with_rotary_positions_and_grouped_heads_matches_onnxruntime() -> None:
-    """The rotary tables are gathered by the run-time position ids: other positions, same build."""
-    m = roller.compile_model(llama(), hw="pocl-cpu")
+@pytest.mark.parametrize("computed", [False, True], ids=["gathered", "cos-sin"])
+def test_llama_layer_with_rotary_positions_and_grouped_heads_matches_onnxruntime(computed: bool) -> None:
+    """The rotary tables are gathered by the run-time position ids, or computed from them with Cos and Sin:
+    other positions, same build."""
+    m = roller.compile_model(llama(computed_rotary=computed), hw="pocl-cpu")
     rng = np.random.default_rng(5)
     feeds = {"input_ids": rng.integers(0, 60, (1, 4)), "attention_mask": np.ones((1, 10), np.int64),
              "past_key": rng.standard_normal((1, 2, 6, 8)).astype(np.float32),

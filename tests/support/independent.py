@@ -35,6 +35,8 @@ UNARY = {
     "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "tanh": np.tanh,
+    "cos": np.cos,
+    "sin": np.sin,
     "erf": np.vectorize(math.erf, otypes=[np.float64]),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "abs": np.abs,

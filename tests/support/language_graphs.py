@@ -295,9 +295,10 @@ def gpt2(vocab: int = 60, hidden: int = 32, heads: int = 4, seq: int = 4, past: 
 
 
 def llama(vocab: int = 60, hidden: int = 32, heads: int = 4, kv_heads: int = 2, seq: int = 4, past: int = 6,
-          seed: int = 2) -> onnx.ModelProto:
+          seed: int = 2, computed_rotary: bool = False) -> onnx.ModelProto:
     """One Llama decoder layer as its export writes it: RMSNorm, rotary position embeddings whose cos and sin
-    rows are gathered by the run-time int64 ``position_ids``, grouped-query attention (the key and value heads
+    rows are gathered by the run-time int64 ``position_ids`` (``computed_rotary``: computed from them with Cos
+    and Sin, as transformers' export does), grouped-query attention (the key and value heads
     repeated by Unsqueeze, Expand and Reshape) over a KV cache, the causal and padding masks as an additive bias,
     and the SiLU-gated MLP; outputs the logits and the present key and value."""
     b = _Builder(seed)
@@ -313,8 +314,19 @@ def llama(vocab: int = 60, hidden: int = 32, heads: int = 4, kv_heads: int = 2, 
     angles = np.outer(np.arange(128, dtype=np.float32), inv_freq)
     table = np.concatenate([angles, angles], axis=-1)
     one_axis = b.const(np.array([1], np.int64))
-    cos = b.op("Unsqueeze", [b.op("Gather", [b.const(np.cos(table).astype(np.float32)), "position_ids"]), one_axis])
-    sin = b.op("Unsqueeze", [b.op("Gather", [b.const(np.sin(table).astype(np.float32)), "position_ids"]), one_axis])
+    if computed_rotary:
+        # transformers' LlamaRotaryEmbedding: the angles are the float positions times the inverse frequencies,
+        # then Cos and Sin at run time
+        freqs = b.op("Mul", [b.op("Unsqueeze", [b.op("Cast", ["position_ids"], to=F),
+                                                b.const(np.array([2], np.int64))]), b.const(inv_freq[None, None])])
+        angle = b.op("Concat", [freqs, freqs], axis=-1)
+        cos = b.op("Unsqueeze", [b.op("Cos", [angle]), one_axis])
+        sin = b.op("Unsqueeze", [b.op("Sin", [angle]), one_axis])
+    else:
+        cos = b.op("Unsqueeze", [b.op("Gather", [b.const(np.cos(table).astype(np.float32)), "position_ids"]),
+                                 one_axis])
+        sin = b.op("Unsqueeze", [b.op("Gather", [b.const(np.sin(table).astype(np.float32)), "position_ids"]),
+                                 one_axis])
 
     def rotary(x: str) -> str:
         half = size // 2

@@ -26,7 +26,8 @@ DIALECT = Dialect(
     funcs={"exp": "std::exp({0})", "log": "std::log({0})", "sqrt": "std::sqrt({0})",
            "rsqrt": "({one} / std::sqrt({0}))", "tanh": "std::tanh({0})", "erf": "std::erf({0})",
            "sigmoid": "({one} / ({one} + std::exp(-({0}))))", "relu": "rl_relu({0})",
-           "abs": "std::fabs({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})"},
+           "abs": "std::fabs({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})",
+           "cos": "std::cos({0})", "sin": "std::sin({0})"},
     to_acc="{x}", from_acc="{x}")
 
 FILES = ("codelets.cpp", "host.cpp", "graph_plan.hpp", "graph_plan.json", "Makefile")

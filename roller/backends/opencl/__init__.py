@@ -23,7 +23,8 @@ DIALECT = Dialect(
     unsigned={"int64": "ulong", "int32": "uint", "int8": "uchar", "uint8": "uchar"},
     funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
-           "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})"},
+           "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})",
+           "cos": "cos({0})", "sin": "sin({0})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
     wide_index=True, streaming_store="__builtin_nontemporal_store({v}, (__global {vtype}*)({ptr}))",
     conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")}, language="OpenCL C")

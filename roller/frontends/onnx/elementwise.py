@@ -106,6 +106,8 @@ UNARY = {
     "Relu": lambda a: f"relu({a})",
     "Sigmoid": lambda a: f"sigmoid({a})",
     "Tanh": lambda a: f"tanh({a})",
+    "Cos": lambda a: f"cos({a})",
+    "Sin": lambda a: f"sin({a})",
     "Erf": lambda a: f"erf({a})",
     "Exp": lambda a: f"exp({a})",
     "Log": lambda a: f"log({a})",

@@ -116,6 +116,20 @@ def test_float16_scalar_kernel_compiles() -> None:
 
 
 @pytest.mark.nvcc
+def test_rotary_functions_compile() -> None:
+    """cos and sin (rotary position embeddings computed at run time, as Llama's export does) in the CUDA dialect."""
+    _needs("sm_90")
+    hw = H.load("h200")
+    srcs = []
+    for fn in ("cos", "sin"):
+        op = load_ops({"op": "elementwise", "name": f"rotary_{fn}", "fn": fn, "shapes": {"X": [33, 65]}})[0]
+        art = CUDA.render(construct(op, hw, top_k=1)[0], hw)
+        assert f"{fn}f(" in art.source
+        srcs.append(art.source)
+    assert len(compile_unit("\n".join(srcs), hw.target, None, "rotary", use_cache=False).usage) == 2
+
+
+@pytest.mark.nvcc
 def test_runner_cubins_are_cached_with_their_reports(private_cache: Path) -> None:
     """A runner's compile (keep_cubin) stores the cubin beside the report: compiled on a machine without a GPU,
     it loads on one with no compiler run; a damaged cubin is compiled again, never loaded."""
