@@ -130,6 +130,10 @@ def concat(ctx: Context, node: onnx.NodeProto) -> None:
             start[axis] = off
             pieces.append(Piece(s.name, (0,) * rank, tuple(start), s.shape))
         off += s.shape[axis]
+    if len(pieces) == 1 and pieces[0].shape == tuple(shape):
+        # Everything else is empty (a cache of no positions before the first token): the one input as it is.
+        ctx.view(node, pieces[0].source, node.output[0], shape)
+        return
     ctx.copy(node, pieces, node.output[0], shape)
 
 
@@ -217,10 +221,18 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
         raise ctx.error(node, f"indices {flat} out of range for axis {axis} of size {x.shape[axis]}")
     box = list(x.shape)
     box[axis] = len(flat)
-    pieces = []
+    # Consecutive indices are one box (position ids arange(s) take the first s rows in one piece, whatever s:
+    # a model over an open length then has the same steps at every length).
+    runs: list[list[int]] = []   # [first index, first destination, length]
     for k, i in enumerate(flat):
+        if runs and i == runs[-1][0] + runs[-1][2]:
+            runs[-1][2] += 1
+        else:
+            runs.append([i, k, 1])
+    pieces = []
+    for i, k, n in runs:
         src, dst, shape = [0] * rank, [0] * rank, list(x.shape)
-        src[axis], dst[axis], shape[axis] = i, k, 1
+        src[axis], dst[axis], shape[axis] = i, k, n
         pieces.append(Piece(x.name, tuple(src), tuple(dst), tuple(shape)))
     out_shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
     if out_shape == box:
