@@ -348,13 +348,13 @@ class GenericModel(TargetBound):
 
     def _held(self, name: str, v: int) -> tuple[tuple[int, ...], tuple[slice, ...] | None]:
         """How an input or output at size ``v`` lies in its buffer: the buffer's shape, and where the value is
-        in it (None where it is the buffer's first elements: the size leads it, or it is at the capacity)."""
+        in it (None where it is the buffer's first elements: the size leads it, or the operators that touch it
+        are built per size and read it as it lies at that size)."""
         shape = self.value_shape(name, v)
-        held = self._executor.graph.values[name].shape if self._executor is not None else shape
-        if name not in self.family.values or _leads(self.family.top.values[name].shape, self.family.values[name]) \
-                or tuple(held) == shape:
+        held = tuple(self.family.top.values[name].shape)
+        if name not in self.greatest_layout or held == shape:
             return shape, None
-        return tuple(held), tuple(slice(0, d) for d in shape)
+        return held, tuple(slice(0, d) for d in shape)
 
     def run(self, inputs: Mapping[str, np.ndarray], v: int) -> dict[str, np.ndarray]:
         ex = self._prepare(inputs, v)
