@@ -91,6 +91,8 @@ EXCLUDED: dict[str, str] = {
     r"test_(add|sub|mul|div|max|min)_(int16|uint16|uint32|uint64)": WIDE_INT,
     r"test_constantofshape_int_.*": FOLDED,
     r"test_range_int32_type_negative_delta": FOLDED,
+    # the window functions' expanded graphs compute from the size alone (Range, Cos): constants throughout
+    r"test_(blackman|hamming|hann)window(_symmetric)?_expanded": FOLDED,
     r"test_(equal|greater|less|greater_equal|less_equal)_u?int(16|32|64)(_expanded)?": FOLDED,
     r"test_(and|or|xor)(2d|3d|4d|_bcast\d+v\d+d)": OLD_OPSET,
     r"test_not_(2d|3d|4d)": OLD_OPSET,
