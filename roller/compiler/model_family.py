@@ -245,12 +245,15 @@ class GenericModel(TargetBound):
     _executor: Executor | None = field(default=None, repr=False)
     _capacity: int = 0
     _exact_runners: dict[tuple[str, int], Runner] = field(default_factory=dict, repr=False)
+    # the value an elementwise op node writes -> its kernel at the greatest size, launched whole at every size
+    # (see ``_whole``); with any, every buffer is planned at the greatest size
+    whole: dict[str, Runner] = field(default_factory=dict)
     _launches: dict[tuple[int, int], dict[str, Runner]] = field(default_factory=dict, repr=False)
 
     @property
     def kernels_compiled(self) -> int:
         """Kernels compiled so far: the kernel sets' (at build) and the per-size operators'."""
-        return len(self._runners) + len(self._exact_runners)
+        return len(self._runners) + len(self._exact_runners) + len(self.whole)
 
     @property
     def per_size_compiled(self) -> int:
@@ -275,6 +278,8 @@ class GenericModel(TargetBound):
 
     def capacity(self, v: int) -> int:
         """Rows of the symbol every buffer must hold to run size ``v``: the most any kernel's blocks cover."""
+        if self.whole:
+            return self.family.greatest
         need = max([v] + [ks.rows(ks.choose(v), v) for ks in self.sets.values()])
         cap = 1
         while cap < need:
@@ -332,6 +337,9 @@ class GenericModel(TargetBound):
                 continue
             if node.output in self.exact:
                 out[key] = self.exact_runner(node.output, v)
+                continue
+            if node.output in self.whole:
+                out[key] = self.whole[node.output]
                 continue
             ks = self.sets[node.output]
             i = ks.choose(v)
@@ -428,6 +436,19 @@ def _same_offsets(family: GraphFamily, a: str, b: str, v: int) -> bool:
     return bool(np.array_equal(offsets(a), offsets(b)))
 
 
+def _whole(family: GraphFamily, node: OpNode, op: ScaledOp) -> bool:
+    """Whether an operator without a kernel set can run its kernel built for the greatest size, whole, at every
+    size: it is elementwise and writes a value the size does not lead (held in the greatest size's layout; so is
+    every such value it reads, and the values the size leads are then planned at the greatest size too, where
+    their layout is that one). Its points past the size read and write padding, never read as data. (GPT-2's
+    causal Where and mask Add over the scores ``[h, s, s]``: construction fuses the two length axes, which
+    neither a prefix of the grid nor a runtime extent serves; the whole ``[h, G, G]`` costs microseconds.)"""
+    e = op.top
+    if e is None or e.reduce_axes or e.stages or e.epilogue is not None:
+        return False
+    return node.output in _not_led(family)
+
+
 def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -> GenericModel | str:
     """Kernel sets for the operators of ``family`` that have one (compiled and launched once each, so that no
     run compiles them), the others built for each size at its first run; or why the model cannot run so.
@@ -451,6 +472,7 @@ def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -
     sets: dict[str, KernelSet] = {}
     by_key: dict[str, KernelSet | str] = {}
     exact: dict[str, tuple[ScaledOp, str]] = {}
+    whole: dict[str, ScaledOp] = {}
     compiled: dict[tuple, tuple[Any, Any]] = {}  # DeviceTimer.key(program) -> (artifact, runner), from timing
     for node in g.op_nodes:
         key = kernel_key(node)
@@ -469,12 +491,17 @@ def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -
                     return f"operator {node.name}: {found}, and it reads padded inputs"
             by_key[key] = found
         found = by_key[key]
-        if isinstance(found, str):
+        if isinstance(found, str) and _whole(family, node, op):
+            whole[node.output] = op
+        elif isinstance(found, str):
             exact[node.output] = (op, f"operator {node.name}: {found}")
         else:
             sets[node.output] = found
     layout = _greatest_layout(family, sets, exact)
     if isinstance(layout, str):
+        # The values it touches lie as at each size: built per size too.
+        exact.update({out: (op, f"operator {out}: {layout}") for out, op in whole.items()})
+        whole = {}
         grown = sorted(_not_led(family) & set(g.constants))
         if grown:
             # Its operators built per size would read it as it lies at that size, from a buffer planned at the
@@ -501,5 +528,11 @@ def generic_model(family: GraphFamily, target: Target, evaluate: bool = False) -
         warm.warm()
         for j, r in warm._runners.items():
             model._runners[(i, j)] = r
+    if whole:
+        from roller.compiler.kernel import build_kernel
+
+        for out, op in whole.items():
+            assert op.top is not None
+            model.whole[out] = build_kernel(op.top, target).runner
     model.build_s = time.perf_counter() - t
     return model

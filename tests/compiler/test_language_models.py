@@ -132,3 +132,21 @@ def test_distilbert_and_t5_encoders_match_onnxruntime(build: object) -> None:
         report = m.check({"input_ids": rng.integers(0, 60, (1, 8)), "attention_mask": mask})
         assert report["ok"], report
     assert m.kernels == kernels
+
+
+@needs_device
+def test_masked_scores_whose_length_axes_fuse_run_whole_at_the_greatest_length() -> None:
+    """With 12 heads over lengths up to 127, construction fuses the scores' two length axes in the causal Where
+    and the mask's Add, which no kernel set serves: they run their kernel built for 127 whole at every length
+    (the scores held at that length's layout), and the model stays one build, matching onnxruntime."""
+    m = roller.compile_model(gpt2(open_seq=True, past=0, hidden=96, heads=12), hw="pocl-cpu",
+                             ranges={"sequence": (1, 127)})
+    assert m.mode == "generic" and m.generic.whole, m.why
+    compiled = m.generic.kernels_compiled
+    rng = np.random.default_rng(5)
+    for length in (127, 9, 64, 1):
+        feeds = {"input_ids": rng.integers(0, 60, (1, length)), "attention_mask": np.ones((1, length), np.int64)}
+        feeds["attention_mask"][0, :length // 4] = 0
+        report = m.check(feeds)
+        assert report["ok"], report
+    assert m.generic.kernels_compiled == compiled
