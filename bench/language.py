@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.layers import ort_session
-from bench.models import cpu_name
+from bench.models import alternate, compile_twice, cpu_name
 from tests.support.language_graphs import bert, gpt2, llama
 
 MODELS = ("bert_base", "gpt2_prefill", "gpt2_decode", "llama_decode")
@@ -62,18 +62,9 @@ def build(name: str, layers: int) -> tuple[Any, dict[str, np.ndarray]]:
 
 
 def measure(name: str, hw: str, layers: int, rounds: int, repeat: int) -> dict[str, Any]:
-    import roller
-
     model, feeds = build(name, layers)
     row: dict[str, Any] = {"model": name, "hw": hw, "layers": 1 if name == "llama_decode" else layers}
-    t = time.perf_counter()
-    m = roller.compile_model(model, hw=hw)
-    _ = m.executor
-    row["compile_first_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    m = roller.compile_model(model, hw=hw)
-    _ = m.executor
-    row["compile_warm_s"] = time.perf_counter() - t
+    m, row["compile_first_s"], row["compile_warm_s"] = compile_twice(model, hw)
     row["kernels_launched"] = len(m.kernels)
     row["max_abs_error"] = max(m.check(feeds)["max_abs_error"].values())
     other = dict(feeds, input_ids=np.roll(feeds["input_ids"], 1))
@@ -84,21 +75,7 @@ def measure(name: str, hw: str, layers: int, rounds: int, repeat: int) -> dict[s
     for _ in range(2):
         m.run(feeds)
         sess.run(None, feeds)
-    ours: list[float] = []
-    theirs: list[float] = []
-
-    def timed(fn: Any) -> float:
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-
-    for r in range(rounds):
-        jobs = [(ours, lambda: m.run(feeds)), (theirs, lambda: sess.run(None, feeds))]
-        for out, fn in jobs[r % 2:] + jobs[:r % 2]:
-            out.append(timed(fn))
+    ours, theirs = alternate(lambda: m.run(feeds), lambda: sess.run(None, feeds), rounds, repeat)
     row["roller_ms"] = statistics.median(ours) * 1e3
     row["ort_ms"] = statistics.median(theirs) * 1e3
     row["ratio"] = row["roller_ms"] / row["ort_ms"]

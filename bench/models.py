@@ -52,6 +52,36 @@ def cold_compile(path: Path, hw: str) -> float:
         return float(out.stdout.strip().splitlines()[-1])
 
 
+def compile_twice(model: Any, hw: str) -> tuple[Any, float, float]:
+    """The model compiled with this process's kernel cache as it is, then again (warm): the compiled model and
+    both wall times, each with its executor set up (buffers allocated, weights uploaded)."""
+    import roller
+
+    times = []
+    for _ in range(2):
+        t = time.perf_counter()
+        m = roller.compile_model(model, hw=hw)
+        _ = m.executor
+        times.append(time.perf_counter() - t)
+    return m, times[0], times[1]
+
+
+def alternate(ours: Any, theirs: Any, rounds: int, repeat: int) -> tuple[list[float], list[float]]:
+    """Each round's median seconds of ``repeat`` calls of each function, which goes first alternating by round
+    (these machines are noisy: a ratio holds only between runs made side by side)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(rounds):
+        jobs = [(times[0], ours), (times[1], theirs)]
+        for out, fn in jobs[r % 2:] + jobs[:r % 2]:
+            once = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                fn()
+                once.append(time.perf_counter() - t)
+            out.append(statistics.median(once))
+    return times
+
+
 def ort_session(path: Path) -> Any:
     import onnxruntime as ort
 
@@ -73,14 +103,7 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
     row: dict[str, Any] = {"model": name, "hw": hw}
     if cold:
         row["compile_cold_s"] = cold_compile(path, hw)
-    t = time.perf_counter()
-    m = roller.compile_model(path, hw=hw)
-    _ = m.executor
-    row["compile_first_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    m = roller.compile_model(path, hw=hw)
-    _ = m.executor
-    row["compile_warm_s"] = time.perf_counter() - t
+    m, row["compile_first_s"], row["compile_warm_s"] = compile_twice(path, hw)
     row.update(m.summary())
     row["model"] = name   # the zoo's name, not the exported graph's ("main_graph")
     check = m.check(feeds)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -135,34 +134,19 @@ def export_decoder(name: str, out: Path) -> tuple[Path, Path]:
     return decoder, prefill
 
 
-def _timed(fn: Any, rounds: int = 3, repeat: int = 3) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        out.append(statistics.median(times))
-    return out
-
-
 def run_encoder(path: Path, hw: str) -> str:
     import onnx
 
     import roller
     from bench.layers import ort_session
+    from bench.models import alternate
 
     m = roller.compile_model(path, hw=hw)
     feeds = m.random_inputs(0)
     feeds["attention_mask"][0, 100:] = 0
     report = m.check(feeds)
     sess = ort_session(onnx.load(path))
-    ours, theirs = [], []
-    for r in range(4):   # alternating which goes first
-        pair = [(ours, lambda: m.run(feeds)), (theirs, lambda: sess.run(None, feeds))]
-        for out, fn in pair[r % 2:] + pair[:r % 2]:
-            out.extend(_timed(fn, rounds=1))
+    ours, theirs = alternate(lambda: m.run(feeds), lambda: sess.run(None, feeds), rounds=4, repeat=3)
     ratio = statistics.median(ours) / statistics.median(theirs)
     return (f"{path.stem}: check {'ok' if report['ok'] else 'FAILED'} (max abs err "
             f"{max(report['max_abs_error'].values()):.1e}), {len(m.kernels)} launches, "
