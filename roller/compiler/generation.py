@@ -118,12 +118,6 @@ def _roles(proto: Any, context: int, where: str) -> _Roles:
     return _Roles(cache, logits, shapes)
 
 
-def _input_names(proto: Any) -> set[str]:
-    """The model's inputs (not its initialisers)."""
-    inits = {i.name for i in proto.graph.initializer}
-    return {i.name for i in proto.graph.input if i.name not in inits}
-
-
 def _new_rows(proto: Any, roles: _Roles) -> Any:
     """The decoder with its logits and each present output's last position as outputs (``<present>.new``)."""
     import onnx
@@ -177,13 +171,17 @@ class Generator:
             source = as_model(prefill).proto
             # A prompt is at most context - 1 tokens: the open length is built for that range, no more.
             ranges = {sym: (1, context - 1) for dims in open_dims(source, None).values() for sym in dims.values()}
+            if not ranges:
+                raise InputError("the prefill model's length is fixed: export it with the sequence length open "
+                                 "(a dim_param)", source=as_model(prefill).source or "prefill")
             self.prefill = roller.compile_model(source, hw, backend, ranges=ranges, **options)
-            if getattr(self.prefill, "mode", "generic") != "generic":
+            if self.prefill.mode != "generic":
                 # Built per length, a new prompt length would compile: instead one build at the longest prompt,
                 # a shorter one padded on the right (a causal model's tokens never see the ones after them;
                 # the padding is masked out besides) and its first rows kept.
                 self.prefill_why = str(self.prefill.why)
-                shapes = {name: [1, context - 1] for name in (IDS, MASK, POSITIONS) if name in _input_names(source)}
+                shapes = {name: [1, context - 1] for name in (IDS, MASK, POSITIONS)
+                          if name in self.prefill.input_names}
                 self.prefill = roller.compile_model(source, hw, backend, shapes=shapes, **options)
                 self._padded_prefill = True
             missing = [p for p in self.roles.cache.values() if p not in self.prefill.output_names]
@@ -218,8 +216,7 @@ class Generator:
         if self._padded_prefill:
             n += len(self.prefill.by_key)
         elif self.prefill is not None:
-            gm = self.prefill.generic
-            n += gm.kernels_compiled if gm is not None else sum(len(m.by_key) for m in self.prefill.models.values())
+            n += self.prefill.generic.kernels_compiled   # a prefill built per length is built padded instead
         return n
 
     def _step(self, token: int, position: int) -> np.ndarray:

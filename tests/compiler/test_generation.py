@@ -79,6 +79,9 @@ def test_what_the_generator_refuses() -> None:
     positions would be wrong), a prompt and new tokens beyond the context, an empty prompt: one line each."""
     with pytest.raises(InputError, match="no input 'position_ids'"):
         Generator(gpt2(seq=1, past=CONTEXT - 1), "pocl-cpu", context=CONTEXT)
+    with pytest.raises(InputError, match="the prefill model's length is fixed"):
+        Generator(gpt2(seq=1, past=CONTEXT - 1, position_input=True), "pocl-cpu", context=CONTEXT,
+                  prefill=gpt2(seq=4, past=0))
     with pytest.raises(InputError, match="context must be an integer"):
         Generator(gpt2(seq=1, past=CONTEXT - 1, position_input=True), "pocl-cpu", context=1)
     gen = Generator(gpt2(seq=1, past=CONTEXT - 1, position_input=True), "pocl-cpu", context=CONTEXT)
