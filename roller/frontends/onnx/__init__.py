@@ -3,7 +3,7 @@
 Translations live by kind of op: ``elementwise`` (arithmetic with broadcasting, activations, casts), ``logic``
 (comparisons, bool logic, Where, Mod), ``nn`` (convolutions, matrix products, pooling, reductions),
 ``normalize`` (softmax and the normalisations), ``tensor`` (views, copies, transposes, padding, resizing),
-``positions`` (CumSum, ArgMax/ArgMin, Trilu), ``attention`` and ``losses``; ``rewrite`` folds batch norms into convolutions first.
+``positions`` (CumSum, ArgMax/ArgMin, Trilu, TopK), ``scatter`` (ScatterND, ScatterElements), ``attention`` and ``losses``; ``rewrite`` folds batch norms into convolutions first.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from roller.frontends.onnx import (  # noqa: F401 - they register
     nn,
     normalize,
     positions,
+    scatter,
     tensor,
 )
 from roller.frontends.onnx.context import TRANSLATORS

@@ -269,27 +269,43 @@ def _gather_run_time(ctx: Context, node: onnx.NodeProto, x: Value, axis: int) ->
 
 @translates("GatherND")
 def gather_nd(ctx: Context, node: onnx.NodeProto) -> None:
-    """GatherND whose indices pick along one axis (their last dimension 1: ``X[b..., I[b..., j..., 0], ...]``),
-    after ``batch_dims`` leading axes the two share; indices wrap once when negative and are clamped, as
-    Gather's. Several index columns (a read through several run-time indices) are not supported."""
+    """GatherND: each index row picks a position along the ``q`` axes after ``batch_dims`` leading axes the two
+    share (``X[b..., I[b..., j..., 0], ...]`` for one column). Indices wrap once when negative and are
+    clamped, as Gather's. Several columns are first made one index into the ``q`` axes seen as one (each
+    column clamped into its own axis, so a bad index never reaches into the next row)."""
     x = ctx.device_value(node, 0)
     ind = ctx.device_value(node, 1)
     if ind.dtype not in ("int64", "int32"):
         raise ctx.error(node, f"indices of type {ind.dtype} (int64 or int32 expected)")
     b = int(ctx.attr(node, "batch_dims", 0))
     q, r = len(ind.shape), len(x.shape)
-    if ind.shape[-1] != 1:
-        raise ctx.error(node, f"indices with {ind.shape[-1]} columns are not supported (one column: a read through "
-                              "one run-time index)")
-    if not 0 <= b < min(q, r) or list(ind.shape[:b]) != list(x.shape[:b]):
+    cols = int(ind.shape[-1]) if q else 0
+    if not 0 <= b < min(q, r) or list(ind.shape[:b]) != list(x.shape[:b]) or not 1 <= cols <= r - b:
         raise ctx.error(node, f"batch_dims={b} does not fit data {list(x.shape)} and indices {list(ind.shape)}")
-    out_shape = list(ind.shape[:-1]) + list(x.shape[b + 1:])
+    out_shape = list(ind.shape[:-1]) + list(x.shape[b + cols:])
     if not out_shape:
         raise ctx.error(node, "a scalar result (one index into a vector) is not supported")
+    src = x.name
+    if cols > 1:
+        picked = list(x.shape[b:b + cols])
+        src = ctx.view(node, x.name, ctx.fresh(x.name + ":rows"),
+                       [*x.shape[:b], math.prod(picked), *x.shape[b + cols:]])
+        inames = axes(q - 1)
+        terms = []
+        stride = math.prod(picked)
+        for c, size in enumerate(picked):
+            stride //= size
+            col = f"I[{','.join([*inames, str(c)])}]"
+            clamped = f"min(max(where(lt({col}, 0), {col} + {size}, {col}), 0), {size - 1})"
+            terms.append(f"{clamped} * {stride}" if stride > 1 else clamped)
+        linear = ctx.kernel(node, f"Y[{','.join([*inames, 'z'])}] = {' + '.join(terms)}", {"I": ind.name},
+                            ctx.fresh(node.output[0] + ":row"), [*ind.shape[:-1], 1], extents={"z": 1},
+                            dtype="int64", kind="index")
+        ind = ctx.value(linear)
     names = axes(len(out_shape))
-    picked = f"I[{','.join(names[:q - 1] + ['0'])}]"
-    at = names[:b] + [picked] + names[q - 1:]
-    ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(at)}]", {"X": x.name, "I": ind.name}, node.output[0],
+    picked_at = f"I[{','.join(names[:q - 1] + ['0'])}]"
+    at = names[:b] + [picked_at] + names[q - 1:]
+    ctx.kernel(node, f"Y[{','.join(names)}] = X[{','.join(at)}]", {"X": src, "I": ind.name}, node.output[0],
                out_shape, dtype=x.dtype, kind="gather")
 
 
