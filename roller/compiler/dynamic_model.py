@@ -10,6 +10,7 @@ built before.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ class DynamicModel(TargetBound):
     why: str = ""  # why not, where it does not
     _models: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
     compile_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # seconds each size set took
+    # a size's first runs from several threads build it once
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -135,13 +138,14 @@ class DynamicModel(TargetBound):
         if key is None:
             missing = [s for s in self.symbols if s not in values]
             raise InputError(f"{self.name}: no value for size {missing[0]!r} (sizes: {', '.join(self.symbols)})")
-        if key not in self._models:
-            t = time.perf_counter()
-            model = static_model(self.source, self.target, self.shapes(dict(zip(self.symbols, key))),
-                                 **self.options)
-            self.compile_s[key] = time.perf_counter() - t
-            self._models[key] = model
-        return self._models[key]
+        with self._lock:
+            if key not in self._models:
+                t = time.perf_counter()
+                model = static_model(self.source, self.target, self.shapes(dict(zip(self.symbols, key))),
+                                     **self.options)
+                self.compile_s[key] = time.perf_counter() - t
+                self._models[key] = model
+            return self._models[key]
 
     def _feeds(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         names = self.input_names

@@ -17,6 +17,7 @@ length, it is built once at the longest prompt and a shorter one padded on the r
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -156,6 +157,7 @@ class Generator:
         given = as_model(decoder)
         where = given.source or "decoder"
         self.context = context
+        self._lock = threading.Lock()   # one cache: generations from several threads take turns
         self.roles = _roles(given.proto, context, where)
         t = time.perf_counter()
         self.decoder = roller.compile_model(_new_rows(given.proto, self.roles), hw, backend,
@@ -272,6 +274,10 @@ class Generator:
             raise InputError(f"a prompt of {len(tokens)} tokens and {max_new_tokens} new ones need a context of "
                              f"{len(tokens) + max_new_tokens}; the generator was built for {self.context}",
                              field="max_new_tokens")
+        with self._lock:
+            return self._generate(tokens, max_new_tokens, eos, output_scores)
+
+    def _generate(self, tokens: list[int], max_new_tokens: int, eos: int | None, output_scores: bool) -> Generation:
         self._empty_cache()
         t = time.perf_counter()
         logits = self._prompt(tokens)

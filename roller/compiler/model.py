@@ -17,6 +17,7 @@ import dataclasses
 import io
 import os
 import statistics
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ class Model(BuildFolder):
     stages: Stages | None = None  # each stage's graph (None for a model loaded from a build folder)
     source_file: str | None = None  # the ONNX file it was read from, if any
     _executor: Executor | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def fusion(self) -> FusionReport | None:
@@ -105,11 +107,12 @@ class Model(BuildFolder):
 
     @property
     def executor(self) -> Executor:
-        if self._executor is None:
-            require_device(self.backend, self.hw, why="running a model")
-            runners = {key: k.runner for key, k in self.by_key.items()}
-            self._executor = Executor(self.graph, self.plan, runners, self.backend.device())
-        return self._executor
+        with self._lock:   # one executor (one set of device buffers) however many threads ask at once
+            if self._executor is None:
+                require_device(self.backend, self.hw, why="running a model")
+                runners = {key: k.runner for key, k in self.by_key.items()}
+                self._executor = Executor(self.graph, self.plan, runners, self.backend.device())
+            return self._executor
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Outputs by name, for inputs by name."""

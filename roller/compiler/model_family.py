@@ -19,6 +19,7 @@ as it is at that size.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -249,6 +250,8 @@ class GenericModel(TargetBound):
     # (see ``_whole``); with any, every buffer is planned at the greatest size
     whole: dict[str, Runner] = field(default_factory=dict)
     _launches: dict[tuple[int, int], dict[str, Runner]] = field(default_factory=dict, repr=False)
+    # every size runs on one set of buffers with launchers set for it: runs from several threads take turns
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def kernels_compiled(self) -> int:
@@ -365,6 +368,10 @@ class GenericModel(TargetBound):
         return held, tuple(slice(0, d) for d in shape)
 
     def run(self, inputs: Mapping[str, np.ndarray], v: int) -> dict[str, np.ndarray]:
+        with self._lock:
+            return self._run(inputs, v)
+
+    def _run(self, inputs: Mapping[str, np.ndarray], v: int) -> dict[str, np.ndarray]:
         ex = self._prepare(inputs, v)
         ex.enqueue()
         outputs = {}
@@ -398,7 +405,8 @@ class GenericModel(TargetBound):
 
     def time(self, inputs: Mapping[str, np.ndarray], v: int, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps at size ``v`` (inputs uploaded once)."""
-        return self._prepare(inputs, v).time_steps(repeat, warmup)
+        with self._lock:
+            return self._prepare(inputs, v).time_steps(repeat, warmup)
 
 
 def _greatest_layout(family: GraphFamily, sets: Mapping[str, KernelSet],

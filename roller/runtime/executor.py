@@ -2,10 +2,12 @@
 
 Constants are uploaded once (the first run); a run uploads the inputs, enqueues every kernel launch and
 device-to-device copy in order on the device's queue, and downloads the outputs: nothing else crosses to the
-host. The buffers of the plan are allocated once and reused by every run.
+host. The buffers of the plan are allocated once and reused by every run, so runs from several threads take
+turns (``lock``): concurrent runs would write each other's inputs and read each other's outputs.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,11 +30,13 @@ class Executor:
         self.buffers = [device.alloc(b.nbytes) for b in plan.buffers]
         self._constants_loaded = False
         self._hosts: dict[str, np.ndarray] = {}
+        self.lock = threading.RLock()
 
     def load_constants(self) -> None:
         """Upload the constants and fill the padded buffers' borders, once per executor."""
-        if not self._constants_loaded:
-            self._load_constants()
+        with self.lock:
+            if not self._constants_loaded:
+                self._load_constants()
 
     def _load_constants(self) -> None:
         for name, array in self.graph.constants.items():
@@ -76,6 +80,10 @@ class Executor:
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
+        with self.lock:
+            return self._run(arrays)
+
+    def _run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not self._constants_loaded:
             self._load_constants()
         for name, arr in arrays.items():
@@ -106,18 +114,20 @@ class Executor:
     def time(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps alone (inputs uploaded once, nothing downloaded):
         the device's time for the model, launch overheads included."""
-        self.run(inputs)
-        return self.time_steps(repeat, warmup)
+        with self.lock:
+            self.run(inputs)
+            return self.time_steps(repeat, warmup)
 
     def time_steps(self, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps on the buffers as they are (after ``warmup``)."""
         out = []
-        for i in range(warmup + repeat):
-            t = time.perf_counter()
-            self.enqueue()
-            self.device.finish()
-            if i >= warmup:
-                out.append(time.perf_counter() - t)
+        with self.lock:
+            for i in range(warmup + repeat):
+                t = time.perf_counter()
+                self.enqueue()
+                self.device.finish()
+                if i >= warmup:
+                    out.append(time.perf_counter() - t)
         return out
 
 
