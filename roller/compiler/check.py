@@ -162,13 +162,19 @@ def compare_outputs(what: str, names: Sequence[str], got: Mapping[str, Any], ref
             worst[name] = 0.0
             continue
         y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
-        scale = float(np.max(np.abs(r))) if r.size else 0.0
-        bound = MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30
-        diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
+        # The scale comes from the finite values only (an inf in the reference would make every bound infinite,
+        # a NaN every comparison false); a NaN or an infinity in the reference must be matched exactly.
+        finite = np.isfinite(r)
+        scale = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
+        with np.errstate(invalid="ignore", over="ignore"):
+            bound = np.where(finite, MODEL_RTOL * np.abs(r) + MODEL_ATOL * scale + 1e-30, 0.0)
+            diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
         diff = np.where(np.isnan(diff), np.inf, diff)
         bad = diff > bound
         if bad.any():
-            i = np.unravel_index(int(np.argmax(diff / bound)), diff.shape)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                i = np.unravel_index(int(np.argmax(np.where(bad, diff / np.maximum(bound, 1e-300), -1.0))),
+                                     diff.shape)
             raise CheckError(f"{what}: output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; "
                              f"worst at {list(map(int, i))}: got {y[i]:.9g}, expected {r[i]:.9g} (difference "
                              f"{diff[i]:.3g}, bound {bound[i]:.3g})")
