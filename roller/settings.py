@@ -14,6 +14,7 @@ from typing import Generic, TypeVar, overload
 
 T = TypeVar("T")
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,12 @@ class Knob(Generic[T]):
 
     def parse(self, raw: str) -> T:
         if isinstance(self.default, bool):
-            return raw.strip().lower() in _TRUE  # type: ignore[return-value]
+            word = raw.strip().lower()
+            if word not in _TRUE + _FALSE:   # a typo would otherwise switch the setting off without a word
+                from roller.errors import InputError
+
+                raise InputError(f"{self.env}={raw!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+            return (word in _TRUE)  # type: ignore[return-value]
         return raw.strip() if isinstance(self.default, str) or self.default is None else raw  # type: ignore[return-value]
 
     @overload
@@ -84,6 +90,12 @@ class PoplarSettings:
     device: Knob[str] = Knob("ROLLER_POPLAR_DEVICE", "model", "'model' (IPU Model) or 'ipu' for the host program")
 
 
+class RuntimeSettings:
+    poison: Knob[bool] = Knob("ROLLER_POISON", False,
+                              "1 fills every buffer a model's run writes with 0xFF bytes (NaN, or -1) before the "
+                              "run: a read of memory nothing wrote shows as NaN (slower; for testing)")
+
+
 class TestSettings:
     update_golden: Knob[bool] = Knob("ROLLER_UPDATE_GOLDEN", False, "1 rewrites the tests' golden files")
 
@@ -94,6 +106,7 @@ class Settings:
     cuda = CudaSettings()
     hip = HipSettings()
     poplar = PoplarSettings()
+    runtime = RuntimeSettings()
     tests = TestSettings()
 
 

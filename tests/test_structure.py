@@ -303,6 +303,19 @@ def test_settings_read_the_environment_at_each_access(monkeypatch: pytest.Monkey
     assert s.poplar.device == "model"
 
 
+@pytest.mark.parametrize("value", ["banana", "2", "ture", "-1"])
+def test_a_switch_set_to_anything_else_is_an_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """Not a silent "off": ROLLER_CL_FAST_MATH=banana names itself (the CLI's exit 2)."""
+    from roller.errors import InputError
+
+    monkeypatch.setenv("ROLLER_CL_FAST_MATH", value)
+    with pytest.raises(InputError, match=rf"ROLLER_CL_FAST_MATH='{value}': expected one of 1, true, yes, on, 0"):
+        _ = settings.settings.opencl.fast_math
+    for word, on in [("ON", True), ("Off", False), (" yes ", True), ("0", False)]:
+        monkeypatch.setenv("ROLLER_CL_FAST_MATH", word)
+        assert settings.settings.opencl.fast_math is on
+
+
 # -- programs serialise themselves --------------------------------------------------------------------------
 
 CONV = {"op": "conv2d", "N": 1, "C": 8, "H": 12, "W": 12, "F": 16, "KH": 3, "KW": 3}

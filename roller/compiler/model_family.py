@@ -388,6 +388,8 @@ class GenericModel(TargetBound):
         ex = self.executor(v)
         ex.runners = self._launchers(v, ex)
         ex.load_constants()
+        if ex.poisoned:
+            ex.poison()
         for name in ex.graph.inputs:
             val = ex.graph.values[name]
             arr: np.ndarray = np.ascontiguousarray(inputs[name], dtype=dtype_of(val.dtype).host)

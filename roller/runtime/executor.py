@@ -19,6 +19,7 @@ from roller.errors import InputError
 from roller.graph.ir import Graph
 from roller.graph.memory import CopyStep, InputPad, KernelStep, Plan
 from roller.runtime.device import Device, Runner
+from roller.settings import settings
 
 
 class Executor:
@@ -31,6 +32,7 @@ class Executor:
         self._constants_loaded = False
         self._hosts: dict[str, np.ndarray] = {}
         self.lock = threading.RLock()
+        self.poisoned = settings.runtime.poison
 
     def load_constants(self) -> None:
         """Upload the constants and fill the padded buffers' borders, once per executor."""
@@ -83,9 +85,19 @@ class Executor:
         with self.lock:
             return self._run(arrays)
 
+    def poison(self) -> None:
+        """Fill every buffer a run writes (all but the constants and the padded buffers' borders) with 0xFF
+        bytes: NaN as float32 and float16, -1 as integers. A kernel or copy that reads an element nothing wrote
+        in this run then shows it in the outputs (``ROLLER_POISON``)."""
+        for b, buf in zip(self.plan.buffers, self.buffers):
+            if b.role != "constant" and b.fill is None:
+                self.device.upload(buf, np.full(b.nbytes, 0xFF, np.uint8))
+
     def _run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not self._constants_loaded:
             self._load_constants()
+        if self.poisoned:
+            self.poison()
         for name, arr in arrays.items():
             v = self.graph.values[name]
             pad = self.plan.input_pads.get(name)

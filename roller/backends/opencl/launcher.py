@@ -58,11 +58,13 @@ def pick_device(spec: str | None = None) -> Any:
         raise ToolchainError("no OpenCL platform found: apt-get install pocl-opencl-icd (or pip install "
                              "pocl-binary-distribution)")
     if spec:
-        sub, _, idx = spec.partition(":")
+        sub, colon, idx = spec.partition(":")
+        if colon and not idx.strip().isdigit():
+            raise InputError(f"{spec!r}: the device index after ':' must be a number", field="ROLLER_CL_DEVICE")
+        i = int(idx) if colon else 0
         for p in platforms:
             if sub.lower() in (p.name + " " + p.version).lower():
                 devs = p.get_devices()
-                i = int(idx) if idx.isdigit() else 0
                 if i < len(devs):
                     return devs[i]
         raise InputError(f"no OpenCL device matches {spec!r} (platforms: "

@@ -114,6 +114,13 @@ def test_device_selection_env(monkeypatch):
     monkeypatch.setenv("ROLLER_CL_DEVICE", "no-such-platform-xyz")
     with pytest.raises(InputError, match="no OpenCL device matches"):
         pick_device()
+    # an index that is no number, or past the platform's devices, is refused (not the first device silently)
+    monkeypatch.setenv("ROLLER_CL_DEVICE", first.name[:6] + ":x")
+    with pytest.raises(InputError, match="the device index after ':' must be a number"):
+        pick_device()
+    monkeypatch.setenv("ROLLER_CL_DEVICE", first.name[:6] + ":99")
+    with pytest.raises(InputError, match="no OpenCL device matches"):
+        pick_device()
 
 
 def test_probe_into_a_missing_folder_fails_before_probing(tmp_path, capsys):
