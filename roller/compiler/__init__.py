@@ -90,7 +90,7 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
     serves them all (``generic``), else each set of sizes at its first run; ``ranges`` bounds each open size by
     name (default 1 to 4096)."""
     from roller.compiler.dynamic_model import dynamic_model, open_dims
-    from roller.compiler.inputs import as_model
+    from roller.compiler.inputs import as_model, checked_shapes
     from roller.compiler.model import build_model, fuse_method, with_shapes
     from roller.compiler.target import Target
     from roller.frontends.onnx import import_model
@@ -104,6 +104,7 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
     if given.graph is not None:
         graph = given.graph
     else:
+        shapes = checked_shapes(shapes, source)
         dims = open_dims(source, shapes)
         if dims:
             options = {"top_k": top_k, "evaluate": evaluate, "cache": cache, "jobs": jobs, "progress": progress,

@@ -242,7 +242,7 @@ def dynamic_model(proto: Any, target: Target, dims: dict[str, dict[int, str]],
         ok = isinstance(r, (tuple, list)) and len(r) == 2 and all(
             isinstance(v, int) and not isinstance(v, bool) for v in r)
         if not ok or not 1 <= r[0] <= r[1] <= MAX_SYMBOL_VALUE:
-            raise InputError(f"ranges.{s}: expected (least, greatest) with 1 <= least <= greatest <= "
+            raise InputError(f"expected (least, greatest) with 1 <= least <= greatest <= "
                              f"{MAX_SYMBOL_VALUE}, got {r!r}", field=f"ranges.{s}")
         out[s] = (int(r[0]), int(r[1]))
     model = DynamicModel(proto, target, dims, out, options)

@@ -6,9 +6,12 @@ and the ``build``, ``run`` and ``compare`` commands dispatch on the kind, so tha
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from roller.errors import InputError
 from roller.graph.ir import Graph
@@ -99,10 +102,36 @@ def as_model(x: Any) -> ModelInput:
         return x
     if isinstance(x, Graph):
         return ModelInput(graph=x)
+    if not (isinstance(x, (str, os.PathLike, bytes)) or _is_proto(x)):
+        raise InputError(f"expected a model: an ONNX file's path, its bytes, an onnx.ModelProto or a "
+                         f"roller.graph.Graph; got {type(x).__name__}")
     from roller.frontends.onnx import load_model
 
     proto, source = load_model(x)
     return ModelInput(proto=proto, source=source if isinstance(x, (str, os.PathLike)) else None)
+
+
+def checked_shapes(shapes: Any, proto: Any) -> dict[str, list[int]] | None:
+    """``shapes`` (input name -> its sizes, each a positive integer) checked against ``proto``'s inputs: a
+    one-line InputError for anything else (a float or bool size would otherwise be truncated or taken as 1)."""
+    if shapes is None:
+        return None
+    if not isinstance(shapes, Mapping):
+        raise InputError(f"expected input names mapped to their sizes ({{'x': [1, 3, 224, 224]}}), got "
+                         f"{type(shapes).__name__}", field="shapes")
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    out: dict[str, list[int]] = {}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise InputError(f"{name!r} is not an input of the model (inputs: {', '.join(inputs)})",
+                             field=f"shapes.{name}")
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or \
+                not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d > 0
+                        for d in dims):
+            raise InputError(f"expected a list of positive integer sizes, got {dims!r}", field=f"shapes.{name}")
+        out[str(name)] = [int(d) for d in dims]
+    return out
 
 
 def _is_proto(x: Any) -> bool:

@@ -28,6 +28,7 @@ import onnx
 from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
+from roller.compiler.inputs import as_model
 from roller.errors import InputError
 from roller.frontends.onnx.context import NeedsConstant
 
@@ -124,6 +125,9 @@ class RollerRep(BackendRep):
         names = self.input_names
         if isinstance(inputs, Mapping):
             feeds = {k: np.asarray(v) for k, v in inputs.items()}
+        elif not isinstance(inputs, (np.ndarray, list, tuple)):
+            raise InputError(f"run() takes the inputs as a list, a tuple or a dict by name ({', '.join(names)}); "
+                             f"got {type(inputs).__name__}")
         else:
             arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(arrays) != len(names):
@@ -197,7 +201,13 @@ class RollerBackend(Backend):
         """Compile ``model``; keywords: ``hw`` (a description, default pocl-cpu for CPU), ``backend``,
         ``shapes``, ``specialize`` (default True: integer inputs and open sizes are settled at the first run)
         and the rest of ``roller.compile_model``'s."""
-        kind = "CUDA" if Device(device).type == DeviceType.CUDA else "CPU"
+        if not isinstance(model, onnx.ModelProto):   # the backend API takes a ModelProto; a path or bytes too
+            model = as_model(model).proto
+        try:
+            kind = "CUDA" if Device(device).type == DeviceType.CUDA else "CPU"
+        except (AttributeError, TypeError, ValueError):
+            raise InputError(f"device {device!r}: expected 'CPU' or 'CUDA' (onnx.backend's device names)",
+                             field="device") from None
         hw = kwargs.pop("hw", DEFAULT_HW[kind])
         backend = kwargs.pop("backend", "opencl" if kind == "CPU" else "cuda")
         specialize = bool(kwargs.pop("specialize", True))

@@ -160,6 +160,13 @@ def _checked_type(name: str, arr: np.ndarray, want: str) -> np.ndarray:
                                  f"[{info.min}, {info.max}]")
     else:
         ok = np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+        if ok and np.issubdtype(arr.dtype, np.integer) and arr.size:
+            # integers convert, but only where the float type holds them exactly (2^40 + 1 would round)
+            back = arr.astype(kind.host).astype(arr.dtype)
+            if not np.array_equal(back, arr):
+                at = tuple(int(i) for i in np.argwhere(back != arr)[0])
+                raise InputError(f"input {name!r} holds {int(arr[at])} (at {list(at)}), which {want} cannot hold "
+                                 "exactly; convert it yourself if rounding is meant")
     if not ok:
         raise InputError(f"input {name!r} has dtype {arr.dtype}, the model takes {want}")
     return arr
