@@ -6,6 +6,15 @@ a traceback is shown only with ``-v``. Everything else is a bug and keeps its tr
 from __future__ import annotations
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (a newline, a carriage return, an escape sequence)
+    written as its escape: a name taken from a model or a file can then never start a line of Roller's own
+    output ("roller: check ok ..." forged by a graph named with a newline)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class RollerError(Exception):
     """Base class: a problem the user can fix, reported in one line."""
 
@@ -29,7 +38,7 @@ class InputError(RollerError):
             where = source + (f":{line}" if line is not None else "")
         if field:
             where = f"{where} {field}" if where else field
-        text = f"{where}: {message}" if where else message
+        text = printable(f"{where}: {message}" if where else message)
         if caret:
             text = f"{text}\n{caret}"
         super().__init__(text)

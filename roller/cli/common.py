@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -124,15 +125,59 @@ def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
 
 # -- arrays in and out ------------------------------------------------------------------------------------------
 
+#: the most bytes ``--inputs`` may declare in all (a header claiming 2^40 elements is refused, not allocated)
+MAX_INPUT_BYTES = 1 << 34
+
+
 def load_npz(path: str) -> dict[str, np.ndarray]:
+    regular_file(path, "--inputs")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        _check_npz_headers(path)
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise InputError("a .npy file holds one array; give an .npz of arrays by input name "
+                             "(numpy.savez(FILE, name=array, ...))", source=path, field="--inputs")
+        with loaded as data:
             return {k: np.asarray(data[k]) for k in data.files}
     except FileNotFoundError:
         raise InputError("no such file", source=path, field="--inputs") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
         raise InputError(f"not a readable .npz file ({err.__class__.__name__}: {err})", source=path,
                          field="--inputs") from None
+
+
+def _check_npz_headers(path: str) -> None:
+    """Each member's declared shape against the bytes it holds, before numpy allocates what a header claims."""
+    if not zipfile.is_zipfile(path):
+        return   # a .npy, or no archive at all: np.load says which
+    total = 0
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            total += need
+            if need > info.file_size or total > MAX_INPUT_BYTES:
+                raise InputError(f"member {info.filename!r} declares shape {list(shape)} of {dtype} ({need} bytes), "
+                                 f"but holds {info.file_size} bytes" if need > info.file_size else
+                                 f"the arrays declare {total} bytes, more than the {MAX_INPUT_BYTES} read",
+                                 source=path, field="--inputs")
+
+
+def regular_file(path: str, field: str) -> None:
+    """InputError unless ``path`` is a regular file: a FIFO would block the read forever, a device (/dev/zero)
+    never end it."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("no such file", source=path, field=field) from None
+    except OSError as err:
+        raise InputError(f"cannot read it: {err.strerror or err}", source=path, field=field) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("not a regular file", source=path, field=field)
 
 
 def check_numeric(name: str, arr: np.ndarray, path: str | None) -> None:
@@ -172,6 +217,10 @@ def check_save_path(path: str) -> None:
         raise InputError("folder does not exist", source=str(target.parent), field="--save")
     if target.is_dir():
         raise InputError("is a folder; give a file name (e.g. out.npz)", source=path, field="--save")
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        # the outputs replace a regular file or make a new one; a device, FIFO or link is never replaced
+        raise InputError("exists and is not a regular file (a device, a FIFO or a link)", source=path,
+                         field="--save")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError("cannot write there: the folder is not writable", source=path, field="--save")
 

@@ -3,7 +3,7 @@
 build: the model's build folder (``Model.write``, roller.compiler.artifact): every distinct operator's kernel in
 ``DIR/<kernel>/`` (the files a per-op build writes), ``DIR/plan.json`` (buffers with sizes and roles, the
 launches and device copies in order, the model's inputs and outputs), ``DIR/weights.npz`` (the constants by
-value name) and ``DIR/model.json`` (what was built); ``roller run DIR`` and ``roller.load(DIR)`` run it again.
+buffer id) and ``DIR/model.json`` (what was built); ``roller run DIR`` and ``roller.load(DIR)`` run it again.
 run: the model on this machine's device, one line of timing, optionally checked against onnxruntime (or the
 numpy reference, operator by operator).
 """
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from roller.cli.common import load_npz, parse_shapes, save_npz, target_from_args
+from roller.cli.common import check_save_path, load_npz, parse_shapes, save_npz, target_from_args
 from roller.compiler.inputs import ModelInput
 from roller.errors import InputError
 
@@ -93,6 +93,8 @@ def cmd_run_model(args: argparse.Namespace, given: ModelInput) -> int:
 
     if args.op_name:
         raise InputError("--op selects an op of an op file; a model runs whole", field="--op")
+    if args.save:
+        check_save_path(args.save)   # before the build, not after it
     target = target_from_args(args)
     require_device(target.backend, target.hw, why="roller run")
     model = compile_model(given, target, top_k=args.top_k, shapes=parse_shapes(args.shape),
@@ -108,6 +110,8 @@ def cmd_run_model(args: argparse.Namespace, given: ModelInput) -> int:
 def run_model(args: argparse.Namespace, model: Any) -> int:
     """Run a compiled or loaded model once on ``--inputs`` (or random inputs), check it with ``--check``, time
     it, print one line, and write the outputs with ``--save``."""
+    if args.save:
+        check_save_path(args.save)   # before the run, not after it
     feeds = model.random_inputs()
     if args.inputs:
         given = load_npz(args.inputs)

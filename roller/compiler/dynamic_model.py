@@ -20,7 +20,7 @@ import numpy as np
 
 from roller.compiler.check import compare_outputs
 from roller.compiler.target import Target, TargetBound
-from roller.errors import InputError
+from roller.errors import InputError, printable
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
 from roller.ir.tensor_expr import TensorExpr
 
@@ -64,7 +64,7 @@ class DynamicModel(TargetBound):
 
     @property
     def name(self) -> str:
-        return str(self.source.graph.name or "model")
+        return printable(str(self.source.graph.name or "model"))
 
     @property
     def mode(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from roller.errors import InputError
+from roller.errors import InputError, printable
 from roller.graph.ir import Graph
 from roller.ir.opfile import parse_ops, read_op_file
 from roller.ir.symbolic import SymbolicOp, parse_symbolic
@@ -45,7 +45,7 @@ class ModelInput:
     def name(self) -> str:
         if self.graph is not None:
             return self.graph.name
-        return str(self.proto.graph.name or (Path(self.source).stem if self.source else "model"))
+        return printable(str(self.proto.graph.name or (Path(self.source).stem if self.source else "model")))
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,9 @@ class Model(BuildFolder):
                          for n in (*self.graph.inputs, *self.graph.outputs, *self.graph.constants)}
         write_json(folder / "plan.json", doc)
         buf = io.BytesIO()
-        np.savez(buf, **self.graph.constants)  # type: ignore[arg-type]  # numpy's stub types them as bool
+        # members named by buffer id, not by value name: a name is the model's (``../../x``), an id is ours
+        members = {f"b{self.plan.value_buffer[n]}": a for n, a in self.graph.constants.items()}
+        np.savez(buf, **members)  # type: ignore[arg-type]  # numpy's stub types them as bool
         (folder / "weights.npz").write_bytes(buf.getvalue())
         by_key = self.by_key
         model_doc = {"model": self.name, "source": self.source_file, "hw": self.hw.name, "backend": self.backend.name,
@@ -270,7 +272,7 @@ class Model(BuildFolder):
             raise damaged(path / "plan.json", f"it names {missing[0]!r}, which it does not describe")
         try:
             with np.load(path / "weights.npz", allow_pickle=False) as data:
-                constants = {k: np.asarray(data[k]) for k in data.files}
+                constants = {_weight_name(p, k): np.asarray(data[k]) for k in data.files}
         except (OSError, ValueError) as err:
             raise InputError(f"cannot read the weights ({err.__class__.__name__})",
                              source=str(path / "weights.npz")) from None
@@ -463,3 +465,13 @@ def _line(k: Kernel | BuiltKernel) -> str:
 def node_kernels(graph: Graph, kernels: Mapping[str, Kernel]) -> list[tuple[OpNode, Kernel]]:
     """Each operator of the graph with the kernel that runs it."""
     return [(n, kernels[kernel_key(n)]) for n in graph.op_nodes]
+
+
+def _weight_name(plan: Plan, member: str) -> str:
+    """The value a ``weights.npz`` member holds: ``b<id>`` names the constant buffer ``id`` (its first value);
+    a folder written before names its members by value."""
+    if member.startswith("b") and member[1:].isdigit() and int(member[1:]) < len(plan.buffers):
+        values = plan.buffers[int(member[1:])].values
+        if values:
+            return values[0]
+    return member

@@ -8,6 +8,7 @@ supported is one ``InputError`` naming the node, its op type and what is support
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from roller.dtypes import dtype as dtype_of
-from roller.errors import InputError
+from roller.errors import InputError, printable
 from roller.frontends.onnx.context import DEVICE_TYPES, OPSETS, TRANSLATORS, Context, tensor_array
 from roller.frontends.onnx.rewrite import fold_batchnorm
 from roller.graph.ir import Graph
@@ -35,6 +36,8 @@ def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
         return _parse(model, "<bytes>"), "<bytes>"
     path = Path(os.fspath(model))
     try:
+        if not stat.S_ISREG(path.stat().st_mode):   # a FIFO would block the read forever, /dev/zero never end it
+            raise InputError("not a regular file", source=str(path))
         size = path.stat().st_size
         if size > MAX_MODEL_BYTES:
             raise InputError(f"model file is {size} bytes; at most {MAX_MODEL_BYTES} are read", source=str(path))
@@ -57,6 +60,52 @@ def _parse(data: bytes, source: str) -> onnx.ModelProto:
     return proto
 
 
+#: the element types a tensor in a model may hold (numpy_helper reads these; others are refused in one line)
+_READABLE = frozenset(onnx.helper.get_all_tensor_dtypes())
+
+
+def _check_tensors(g: onnx.GraphProto, source: str) -> None:
+    """Refuse, naming it, every tensor of the graph (initializers, node attributes, subgraphs) that would be read
+    from a file (external data: onnx reads it relative to the working folder, not the model's), that is sparse,
+    or whose element type numpy cannot hold: each would otherwise be a traceback or another file's bytes."""
+    if g.sparse_initializer:
+        name = g.sparse_initializer[0].values.name
+        raise InputError(f"sparse initializer {name!r}: sparse tensors are not supported", source=source)
+    owners: list[tuple[str, onnx.TensorProto]] = [(f"initializer {t.name!r}", t) for t in g.initializer]
+    for node in g.node:
+        where = f"node {node.name or node.op_type!r} ({node.op_type}) attribute"
+        for a in node.attribute:
+            owners += [(f"{where} {a.name!r}", t) for t in ([a.t] if a.HasField("t") else []) + list(a.tensors)]
+            if a.HasField("sparse_tensor") or a.sparse_tensors:
+                raise InputError(f"{where} {a.name!r}: sparse tensors are not supported", source=source)
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _check_tensors(sub, source)
+    for what, t in owners:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            raise InputError(f"{what} keeps its data in an external file, which is not supported (and never read "
+                             "from outside the model); save the model with the weights inside", source=source)
+        if t.data_type not in _READABLE:
+            raise InputError(f"{what} has element type {t.data_type}, which ONNX does not define", source=source)
+
+
+def _check_declared(what: str, info: onnx.ValueInfoProto, init: onnx.TensorProto, source: str) -> None:
+    """An initializer against the type and static shape its graph input declares (onnxruntime refuses a model
+    where they disagree; taking either would silently run another model)."""
+    t = info.type.tensor_type
+    if not info.type.HasField("tensor_type"):
+        return
+    name = onnx.TensorProto.DataType.Name
+    if t.elem_type and t.elem_type != init.data_type:
+        raise InputError(f"{what} is declared {name(t.elem_type)}, its initializer holds {name(init.data_type)}",
+                         source=source)
+    if t.HasField("shape"):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if len(dims) != len(init.dims) or any(d is not None and d != s for d, s in zip(dims, init.dims)):
+            shown = [d if d is not None else "?" for d in dims]
+            raise InputError(f"{what} is declared with shape {shown}, its initializer has {list(init.dims)}",
+                             source=source)
+
+
 def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = None,
                  source: str | None = None) -> Graph:
     """The graph of ``model``; ``shapes`` gives (or overrides) input shapes by input name; ``source`` names a
@@ -64,6 +113,7 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
     proto, source = (model, source) if source is not None and isinstance(model, onnx.ModelProto) \
         else load_model(model)
     opset = _opset(proto, source)
+    _check_tensors(proto.graph, source)   # before onnx.checker, which looks for external files itself
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:
@@ -71,16 +121,15 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
         raise InputError(f"invalid ONNX model: {first}", source=source) from None
     proto = fold_batchnorm(proto)
     g = proto.graph
-    graph = Graph(name=g.name or Path(source).stem or "model")
+    graph = Graph(name=printable(g.name or Path(source).stem or "model"))
     ctx = Context(graph, source, opset)
     for init in g.initializer:
-        if init.data_location == onnx.TensorProto.EXTERNAL:
-            raise InputError(f"initializer {init.name!r} keeps its data in an external file, which is not "
-                             "supported; save the model with the weights inside", source=source)
         ctx.fold(init.name, tensor_array(init))
+    inits = {t.name: t for t in g.initializer}
     for inp in g.input:
-        if inp.name in ctx.folded:
-            continue   # an initializer listed as an input (older exporters): a weight
+        if inp.name in inits:   # an initializer listed as an input (older exporters): a weight
+            _check_declared(f"input {inp.name!r}", inp, inits[inp.name], source)
+            continue
         graph.inputs.append(_input(ctx, inp, shapes or {}, source))
     unknown = set(shapes or {}) - set(graph.inputs)
     if unknown:
@@ -111,6 +160,11 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
             kind = c.dtype.name if c.dtype.name in DEVICE_TYPES.values() else "float32"
             ctx.declare(out.name, c.shape, kind)
             graph.constants[out.name] = np.array(c, dtype=dtype_of(kind).host)   # a scalar stays rank 0
+        declared = out.type.tensor_type.elem_type if out.type.HasField("tensor_type") else 0
+        got = graph.values[out.name].dtype
+        if declared in DEVICE_TYPES and DEVICE_TYPES[declared] != got:
+            raise InputError(f"output {out.name!r} is declared {onnx.TensorProto.DataType.Name(declared)} but "
+                             f"computed as {got} (onnxruntime refuses the model too)", source=source)
         graph.outputs.append(out.name)
     graph = remove_dead(graph)
     graph.check()
