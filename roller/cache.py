@@ -61,7 +61,33 @@ MANIFEST = "entry.json"
 
 
 def enabled() -> bool:
-    return not settings.cache.disabled
+    return not settings.cache.disabled and not _unsafe(cache_dir())
+
+
+_WARNED: set[str] = set()
+
+
+def _unsafe(root: Path) -> str:
+    """Why the cache folder must not be used (another user owns it, or others may write into it: they could
+    plant kernels this user would run), or "" when it is the user's own. Said once per folder, as pip does."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return ""   # not made yet: ``store`` makes it, readable by its owner only
+    why = ""
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        why = f"owned by another user (uid {st.st_uid})"
+    elif st.st_mode & 0o022:
+        why = f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if why and str(root) not in _WARNED:
+        import warnings
+
+        from roller.errors import UnsafeCacheWarning
+
+        _WARNED.add(str(root))
+        warnings.warn(f"the kernel cache {root} is {why}: it is not used (chmod go-w it, or set ROLLER_CACHE_DIR "
+                      "to a folder of your own)", UnsafeCacheWarning, stacklevel=3)
+    return why
 
 
 def cache_dir() -> Path:
@@ -251,7 +277,12 @@ def lookup(key: str) -> Entry | None:
     if not os.path.lexists(folder):
         last_event = "miss"
         return None
+    if os.path.islink(_entries_dir()):   # entries that are not the cache's own folder: never read through
+        last_event = "damaged: the entries folder is a link"
+        return None
     try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            raise Damaged("not a folder (a link or a file)")
         entry = _load_entry(folder)
     except Damaged as err:
         last_event = f"damaged: {err}"
@@ -268,6 +299,10 @@ def store(key: str, entry: Entry) -> Path | None:
         return None
     root = cache_dir()
     tmp_root = root / "tmp"
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)   # readable and writable by its owner only
+    except OSError:
+        return None
     if not (_own_folder(tmp_root) and _own_folder(_entries_dir(root))):
         return None
     try:
@@ -331,6 +366,12 @@ def clear() -> int:
     n = 0
     left: list[Path] = []
     folder = _entries_dir(root)
+    for own in (folder, root / "tmp", root / "failed", root / "results"):
+        if os.path.islink(own):   # a link in place of one of the cache's folders: the link goes, not its target
+            try:
+                os.unlink(own)
+            except OSError:
+                left.append(own)
     try:
         children = list(folder.iterdir()) if folder.is_dir() else []
     except OSError as err:

@@ -66,3 +66,8 @@ class HostOnlyWarning(UserWarning):
     """A model compiled to nothing the device runs: every output was computed at import (constant folding),
     so each run only returns those numbers. Said once, in one line, so that an empty ``m.kernels`` is never a
     silent success."""
+
+
+class UnsafeCacheWarning(UserWarning):
+    """The kernel cache folder belongs to another user or others may write into it, so it is not used (a
+    kernel planted there would run as this user)."""
