@@ -223,12 +223,55 @@ def staged_write(folder: Path, write: Callable[[Path], Any]) -> Any:
         raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(folder)) from None
     try:
         made = tmp / ".new"   # no entry of a build starts with a dot: none collides with it
-        result = write(made)
+        result = _written(folder, write, made)
         names = sorted(p.name for p in made.iterdir())
         for name in names:
             os.rename(made / name, tmp / name)
         made.rmdir()
         move_into_place(tmp, folder, names)
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _written(folder: Path, write: Callable[[Path], Any], made: Path) -> Any:
+    """``write(made)``; a full disk or a folder that turned read-only is one line naming ``-o`` (the staging
+    folder is removed by the caller), not a traceback."""
+    try:
+        return write(made)
+    except OSError as err:
+        raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(folder)) from None
+
+
+def staged_replace(folder: Path, write: Callable[[Path], Any], marker: str) -> Any:
+    """``write(path)`` making a fresh folder beside ``folder``, which then becomes ``folder`` in one step (the
+    two swapped where the system can; else the old one moved aside, where ``roller.atomic.sweep_stale`` finds
+    it after a kill between the two renames): a build killed at any point leaves the earlier build whole or
+    the new one, never files of both. ``folder`` must be absent, empty, or an earlier build (it holds
+    ``marker``): a folder of other files is refused rather than replaced."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise InputError("output exists and is not a folder", field="-o", source=str(folder))
+    if folder.is_dir() and not (folder / marker).is_file() and any(folder.iterdir()):
+        raise InputError(f"the folder holds files that are not a build of this kind (no {marker}): a build "
+                         "replaces the whole folder, so give a new or empty one", field="-o", source=str(folder))
+    try:
+        tmp = staging_dir(folder)
+    except OSError as err:
+        raise InputError(f"cannot write there: {err.strerror or err}", field="-o", source=str(folder)) from None
+    try:
+        made = tmp / "new"
+        result = _written(folder, write, made)
+        try:
+            if not folder.exists():
+                os.rename(made, folder)
+            elif not exchange(made, folder):
+                aside = Path(f"{tmp}-old")
+                os.rename(folder, aside)
+                os.rename(made, folder)
+                shutil.rmtree(aside, ignore_errors=True)
+        except OSError as err:
+            raise InputError(f"cannot move the build into place: {err.strerror or err}", field="-o",
+                             source=str(folder)) from None
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -194,6 +194,13 @@ class Model(BuildFolder):
         return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by)
 
     # -- build folders (roller.compiler.artifact) ------------------------------------------------------------
+    def save(self, folder: str | os.PathLike) -> dict[str, Any]:
+        """The build folder written beside ``folder`` and swapped in whole (``staged_replace``): its files
+        belong together (the plan names the kernels, the weights fill its buffers)."""
+        from roller.compiler.artifact import staged_replace
+
+        return staged_replace(Path(folder), self.write, "model.json")
+
     def write(self, folder: Path) -> dict[str, Any]:
         """The model's build folder at ``folder`` (which must not exist): a folder per kernel, ``plan.json``,
         ``weights.npz`` and ``model.json``; returns ``model.json``'s document."""
