@@ -332,6 +332,10 @@ def fuse_method(fuse: object) -> str:
                      field="fuse")
 
 
+#: the most operators the fusion solver is given (about a minute here at worst); larger graphs are fused greedily
+SOLVER_MAX_OPS = 2000
+
+
 def fuse_stage(graph: Graph, target: Target, method: str, seconds: Callable[[TensorExpr], float] | None = None
                ) -> tuple[Graph, FusionReport | None]:
     """``graph`` fused by ``method`` (``FUSE_METHODS``), costing operators with ``seconds`` (default:
@@ -339,12 +343,22 @@ def fuse_stage(graph: Graph, target: Target, method: str, seconds: Callable[[Ten
     "none"."""
     if method == "none":
         return graph, None
-    seconds = seconds or target.predicted_seconds
+    from roller.graph.segments import fuse_in_segments
+
+    cost = seconds or target.predicted_seconds
     rows = target.backend.row_kernels
+    if method == "solver" and len(graph.op_nodes) > SOLVER_MAX_OPS:
+        import warnings
+
+        warnings.warn(f"{graph.name}: {len(graph.op_nodes)} operators, more than the {SOLVER_MAX_OPS} the fusion "
+                      "solver takes in bounded time (it costs tens of milliseconds an operator); fused by the "
+                      "greedy pass instead", stacklevel=2)
+        method = "greedy"
     if method == "solver":
-        return orchestrate(graph, seconds, rows=rows)
-    fused, report = fuse_graph(graph, lambda f, replaced: seconds(f) <= sum(seconds(e) for e in replaced), rows)
-    report.predicted_s = sum(seconds(n.expr) for n in fused.op_nodes)
+        return fuse_in_segments(graph, lambda g: orchestrate(g, cost, rows=rows))
+    fused, report = fuse_in_segments(
+        graph, lambda g: fuse_graph(g, lambda f, replaced: cost(f) <= sum(cost(e) for e in replaced), rows))
+    report.predicted_s = sum(cost(n.expr) for n in fused.op_nodes)
     return fused, report
 
 

@@ -32,12 +32,14 @@ from roller.ir.expr import (
     Expr,
     Read,
     axis_values,
+    depth,
     flop_count,
     gathers,
     map_reads,
     reads,
     walk,
 )
+from roller.ir.parse import MAX_DEPTH
 from roller.ir.tensor_expr import Stage, TensorDecl, TensorExpr
 from roller.ir.types import BodyTypes, compute_dtype
 
@@ -232,7 +234,12 @@ def foldable(g: Graph, p: OpNode) -> bool:
 def _renderable(expr: TensorExpr) -> bool:
     """Whether a fused operator is one the backends build: epilogues and row kernels compute in float, so no
     integer or bool value may take part in them (``roller.ir.build``); a read through a run-time index belongs
-    to an elementwise operator (a reduction stages its tiles, and a gathered row is no tile)."""
+    to an elementwise operator (a reduction stages its tiles, and a gathered row is no tile); no expression
+    nests deeper than an op file's may (``MAX_DEPTH``: a chain of a thousand activations is several kernels,
+    not one whose body no compiler, and no recursive walk, gets through)."""
+    bodies = [expr.body, *([expr.epilogue] if expr.epilogue is not None else []), *(s.body for s in expr.stages)]
+    if any(depth(b) > MAX_DEPTH for b in bodies):
+        return False
     if expr.reduce_axes and gathers(expr.body):
         return False
     return not expr.typed or (expr.epilogue is None and not expr.stages)

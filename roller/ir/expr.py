@@ -213,6 +213,27 @@ def walk(e: Expr) -> Iterator[Expr]:
         yield from walk(e.index)
 
 
+def depth(e: Expr) -> int:
+    """How deep the expression nests (a read or a constant: 1), found without recursion: a fused chain of
+    thousands of operators must be measured before anything walks it recursively."""
+    deepest, stack = 0, [(e, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(node, Call):
+            kids: tuple[Expr, ...] = node.args
+        elif isinstance(node, BinOp):
+            kids = (node.lhs, node.rhs)
+        elif isinstance(node, Neg):
+            kids = (node.x,)
+        elif isinstance(node, Gather):
+            kids = (node.source, node.index)
+        else:
+            kids = ()
+        stack.extend((k, d + 1) for k in kids)
+    return deepest
+
+
 def gathers(e: Expr) -> list[Gather]:
     return [n for n in walk(e) if isinstance(n, Gather)]
 
