@@ -108,3 +108,16 @@ def test_weight_names_never_become_member_names(tmp_path: Path, capsys: pytest.C
     m = roller.load(tmp_path / "out")
     np.testing.assert_array_equal(m.run({"X": np.ones(8, np.float32)})["Y"], np.arange(8) + 1.0)
     capsys.readouterr()
+
+
+@needs_device
+def test_pocl_without_a_writable_cache_says_so(tmp_path: Path) -> None:
+    """PoCL offers no device when it cannot make its kernel cache; the error said `list index out of range`."""
+    env = dict(os.environ, POCL_CACHE_DIR="/dev/null/pocl", ROLLER_NO_CACHE="1")
+    env.pop("ROLLER_CL_DEVICE", None)
+    done = subprocess.run([sys.executable, "-m", "roller", "run", "--hw", "pocl-cpu",
+                           str(Path(__file__).resolve().parents[2] / "examples" / "matmul.json")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 5
+    assert "PoCL offers none when it cannot write its kernel cache (POCL_CACHE_DIR=/dev/null/pocl)" in \
+        one_line(done.stderr)

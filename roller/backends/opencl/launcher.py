@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import os
 import shlex
 import statistics
 import tempfile
@@ -72,7 +73,15 @@ def pick_device(spec: str | None = None) -> Any:
     pocl = sorted((p for p in platforms if POCL_PLATFORM in p.name), key=lambda p: p.version,
                   reverse=True)
     plat = pocl[0] if pocl else platforms[0]
-    return plat.get_devices()[0]
+    devices = plat.get_devices()
+    if not devices:
+        hint = ""
+        if POCL_PLATFORM in plat.name:   # PoCL hides its CPU device when it cannot make its kernel cache
+            hint = (f"; PoCL offers none when it cannot write its kernel cache (POCL_CACHE_DIR="
+                    f"{os.environ.get('POCL_CACHE_DIR', '~/.cache/pocl')}): make that folder writable or point "
+                    "POCL_CACHE_DIR elsewhere")
+        raise ToolchainError(f"the OpenCL platform {plat.name!r} has no device{hint}")
+    return devices[0]
 
 
 _VERSIONS: dict[str, str] = {}
