@@ -156,8 +156,10 @@ def vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent:
     inside = {axis: axis_extent}
     conds, offs = global_address(tp, idx, var_global, rows, d, inside)
     load = f"vload{width}(0, {tp.name} + {offs})"
+    # A window along the axis (a convolution's w + s - 1) too: its vector across the run's end would read
+    # past the row, and from the tensor's last row past the buffer (Oclgrind saw it; a GPU may fault there).
     ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp and any(
-        i.plain_axis() == axis for i in idx) else []
+        i.coefs.get(axis, 0) for i in idx) else []
     # A window that moves with the lanes (a convolution's w + s - 1): the lanes' indices are affine, so the
     # first and last lane inside the tensor means all are, and the run is one load; at a border, gather.
     maxes = axis_maxes(tp, rows, inside)
