@@ -70,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         return 130
+    except MemoryError:
+        # a model or array larger than the memory this process may use (a ulimit, a container's limit)
+        if args.verbose:
+            traceback.print_exc()
+        print(f"roller: error: out of memory running 'roller {args.command}': the input needs more memory than this "
+              "process may use", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (``roller op show F | head``): stop quietly, and keep Python from reporting the
         # failed flush of stdout at exit.

@@ -121,3 +121,16 @@ def test_pocl_without_a_writable_cache_says_so(tmp_path: Path) -> None:
     assert done.returncode == 5
     assert "PoCL offers none when it cannot write its kernel cache (POCL_CACHE_DIR=/dev/null/pocl)" in \
         one_line(done.stderr)
+
+
+def test_out_of_memory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model larger than the memory the process may use (a ulimit: MemoryError anywhere in the build)."""
+    import roller.cli.model_cmd as model_cmd
+
+    def too_big(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(model_cmd, "cmd_build_model", too_big)
+    rc, _, err = cli(capsys, "build", "--hw", "h100", str(relu_file(tmp_path)), "-o", str(tmp_path / "out"))
+    assert rc == 1 and "out of memory running 'roller build'" in one_line(err)
