@@ -116,7 +116,11 @@ def inline_step(g: Graph, p: OpNode) -> list[tuple[OpNode, OpNode]] | None:
     if not readers or (len(readers) > 1 and (moves or flop_count(p.expr.body) > MAX_DUPLICATED_FLOPS)):
         return None
     out = []
+    inlined = depth(p.expr.body)
     for c in readers:
+        names = {t.name for t, v in zip(c.expr.inputs, c.inputs) if _view_source(g, v)[0] == p.output}
+        if any(depth(b, names, inlined) > MAX_DEPTH for b in _bodies(c.expr)):
+            return None   # the fused body would nest too deep (_renderable): found without building it
         fused = _inline_into(g, p, c) if moves or _injective(g, p, c) else None
         if fused is None or not _renderable(fused.expr):
             return None
@@ -237,12 +241,15 @@ def _renderable(expr: TensorExpr) -> bool:
     to an elementwise operator (a reduction stages its tiles, and a gathered row is no tile); no expression
     nests deeper than an op file's may (``MAX_DEPTH``: a chain of a thousand activations is several kernels,
     not one whose body no compiler, and no recursive walk, gets through)."""
-    bodies = [expr.body, *([expr.epilogue] if expr.epilogue is not None else []), *(s.body for s in expr.stages)]
-    if any(depth(b) > MAX_DEPTH for b in bodies):
+    if any(depth(b) > MAX_DEPTH for b in _bodies(expr)):
         return False
     if expr.reduce_axes and gathers(expr.body):
         return False
     return not expr.typed or (expr.epilogue is None and not expr.stages)
+
+
+def _bodies(expr: TensorExpr) -> list[Expr]:
+    return [expr.body, *([expr.epilogue] if expr.epilogue is not None else []), *(s.body for s in expr.stages)]
 
 
 def _narrowing(expr: TensorExpr) -> bool:

@@ -16,7 +16,7 @@ from roller.graph.ir import Graph, Node, OpNode
 #: a graph of at most this many operators is fused whole (BERT-base and GPT-2 small have about 500)
 WHOLE_UP_TO = 1000
 #: operators per segment of a larger graph (a segment's fusion costs about the square of its size)
-SEGMENT_OPS = 400
+SEGMENT_OPS = 200
 
 Fuser = Callable[[Graph], tuple[Graph, FusionReport]]
 

@@ -5,7 +5,7 @@ construction engine makes (data-tile extents, strides, padding) is exact for the
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs", "cos", "sin")
@@ -213,13 +213,14 @@ def walk(e: Expr) -> Iterator[Expr]:
         yield from walk(e.index)
 
 
-def depth(e: Expr) -> int:
+def depth(e: Expr, replaced: Collection[str] = (), by: int = 1) -> int:
     """How deep the expression nests (a read or a constant: 1), found without recursion: a fused chain of
-    thousands of operators must be measured before anything walks it recursively."""
+    thousands of operators must be measured before anything walks it recursively. With ``replaced``, as it
+    would nest with each read of those tensors replaced by an expression ``by`` deep (an inlined producer)."""
     deepest, stack = 0, [(e, 1)]
     while stack:
         node, d = stack.pop()
-        deepest = max(deepest, d)
+        deepest = max(deepest, d + by - 1 if isinstance(node, Read) and node.tensor in replaced else d)
         if isinstance(node, Call):
             kids: tuple[Expr, ...] = node.args
         elif isinstance(node, BinOp):
