@@ -128,9 +128,10 @@ def run_model(args: argparse.Namespace, model: Any) -> int:
         note = f"  check ok against {result['reference']} (max abs err {worst:.2g})"
     seconds = model.benchmark(repeat=args.repeat, inputs=feeds)
     s = model.summary()
+    built = f"  built in {model.compile_s:.1f} s" if model.compile_s else ""   # not a folder loaded back
     print(f"{model.name}  {model.hw.name}/{model.backend.name}  {seconds * 1e3:.4g} ms  {s['kernels_launched']} "
           f"launches ({s['kernels_built']} kernels, {s['copies']} copies)  device memory "
-          f"{s['peak_bytes'] / 2**20:.1f} MiB{note}", flush=True)
+          f"{s['peak_bytes'] / 2**20:.1f} MiB{built}{note}", flush=True)
     if args.save:
         save_npz(args.save, outputs)
     return 0

@@ -112,9 +112,12 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
             return dynamic_model(source, target, dims, ranges, options, generic=generic)
         graph = import_model(source, shapes, source=given.source)
         source = with_shapes(source, shapes) if shapes else source
+    imported = time.perf_counter() - t0
     built = build_model(graph, target, method=method, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
                         progress=progress, source=source)
     built.compile_s = time.perf_counter() - t0
+    if built.stages is not None:
+        built.stages.seconds = {"import": imported, **built.stages.seconds}
     built.source_file = given.source
     if not built.on_device:
         import warnings

@@ -55,6 +55,9 @@ class Stages:
     padded: Graph
     packed: Graph
     fusion: FusionReport | None = None  # what the fusion stage did (None: one kernel per operator)
+    # seconds of each stage of the build: fuse, pad, pack (lower), then build (construction, rendering and the
+    # device compile, kernels in parallel) and plan (build_model); import where compile_model imported it
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -392,9 +395,16 @@ def pack_stage(graph: Graph, target: Target, measured: Callable[[TensorExpr], fl
 def lower(graph: Graph, target: Target, method: str, measured: Callable[[TensorExpr], float | None] | None = None
           ) -> Stages:
     """The device-free stages: fuse, pad, pack."""
+    import time
+
+    t0 = time.perf_counter()
     fused, report = fuse_stage(graph, target, method)
+    t1 = time.perf_counter()
     padded = pad_stage(fused, target)
-    return Stages(graph, fused, padded, pack_stage(padded, target, measured), report)
+    t2 = time.perf_counter()
+    packed = pack_stage(padded, target, measured)
+    return Stages(graph, fused, padded, packed, report,
+                  {"fuse": t1 - t0, "pad": t2 - t1, "pack": time.perf_counter() - t2})
 
 
 def layout_timer(target: Target, top_k: int, cache: bool) -> Callable[[TensorExpr], float | None]:
@@ -424,7 +434,7 @@ def build_stage(graph: Graph, target: Target, top_k: int = 10, evaluate: bool = 
     def one(node: OpNode) -> Kernel:
         k = build_kernel(node.expr, target, top_k=top_k, evaluate=evaluate, use_cache=cache, progress=False)
         if compile_here:
-            _ = k.runner
+            k.runner.prepare()
         return k
 
     out: dict[str, Kernel] = {}
@@ -456,9 +466,12 @@ def build_model(graph: Graph, target: Target, *, method: str = "solver", top_k: 
 
     t0 = time.perf_counter()
     stages = lower(graph, target, method, layout_timer(target, top_k, cache) if evaluate else None)
+    t1 = time.perf_counter()
     kernels, hits = build_stage(stages.packed, target, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
                                 progress=progress, compile_here=compile_here)
+    t2 = time.perf_counter()
     p = plan_stage(stages.packed, kernels)
+    stages.seconds.update(build=t2 - t1, plan=time.perf_counter() - t2)
     by_key: dict[str, Kernel | BuiltKernel] = dict(kernels)
     return Model(stages.packed, target, by_key, p, compile_s=time.perf_counter() - t0, cache_hits=hits,
                  source=source, stages=stages)

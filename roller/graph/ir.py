@@ -112,6 +112,10 @@ class Graph:
     values: dict[str, Value] = field(default_factory=dict)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
+    # (the steps it was made from, by identity; producer; consumers): fusion asks for both thousands of times
+    # between changes, and a step list is compared far faster than the maps are rebuilt
+    _index: tuple[tuple[int, ...], dict[str, Node], dict[str, list[Node]]] | None = field(
+        default=None, repr=False, compare=False)
 
     def value(self, name: str) -> Value:
         return self.values[name]
@@ -123,14 +127,24 @@ class Graph:
                        constants=dict(self.constants), nodes=list(self.nodes))
 
     def producer(self) -> dict[str, Node]:
-        return {n.output: n for n in self.nodes}
+        """The step that makes each value (inputs and constants have none). Shared until the steps change:
+        read it, do not change it."""
+        return self._maps()[1]
 
     def consumers(self) -> dict[str, list[Node]]:
-        out: dict[str, list[Node]] = {v: [] for v in self.values}
-        for n in self.nodes:
-            for r in n.reads:
-                out[r].append(n)
-        return out
+        """The steps that read each value read by any (``.get(v, [])`` for the others). Shared as
+        ``producer``."""
+        return self._maps()[2]
+
+    def _maps(self) -> tuple[tuple[int, ...], dict[str, Node], dict[str, list[Node]]]:
+        key = tuple(map(id, self.nodes))
+        if self._index is None or self._index[0] != key:
+            readers: dict[str, list[Node]] = {}
+            for n in self.nodes:
+                for r in n.reads:
+                    readers.setdefault(r, []).append(n)
+            self._index = (key, {n.output: n for n in self.nodes}, readers)
+        return self._index
 
     @property
     def op_nodes(self) -> list[OpNode]:

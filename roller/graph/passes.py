@@ -69,7 +69,7 @@ def pack_constants(graph: Graph, choose: Packing) -> int:
     """Store weights in the layouts construction chooses for the operators that read them, once, at build
     time: each chosen operator is rewritten to read its own transposed copy of the constant (the original
     is dropped when nothing else reads it). Updates ``graph`` in place; returns how many operators changed."""
-    consumers = graph.consumers()
+    consumers = {v: list(ns) for v, ns in graph.consumers().items()}   # changed below: our own copy
     memo: dict[tuple[str, tuple[str, ...], tuple[str, ...]], PackedLayout | None] = {}
     changed = 0
     for pos, node in enumerate(graph.nodes):

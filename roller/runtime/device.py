@@ -22,6 +22,11 @@ class Runner(abc.ABC):
         """Median kernel time in seconds; with ``cold``, with the device's caches overwritten before each run
         where the backend can do that (a CPU's), as they are hot otherwise."""
 
+    def prepare(self) -> None:
+        """Finish compiling for the device where it compiles at the first launch (PoCL builds the work-group
+        function then, the larger part of its compile): a build does it in its pool of threads, so that a model's
+        first run does not compile its kernels one after another. Nothing where the device needs nothing."""
+
     def launch(self, buffers: list[Any]) -> Any:
         """Enqueue one run on ``buffers`` of this backend's ``Device`` (inputs in argument order, then the
         output), after everything enqueued before; returns the launch's event where the device has one."""
