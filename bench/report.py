@@ -450,9 +450,12 @@ def render(folder: Path = RESULTS) -> str:
                "padded to it), onnxruntime growing the cache a position a step; the same prompt through each, alternating, median time of a new "
                "token (`bench/generation.py`)."),
               "Not measured yet: `python bench/generation.py --json bench/results/generation-DATE.json`."),
-             ("compile-time", "Compile time", "Wall time of whole builds, by `bench/compile_time.py`.",
-              ("Not measured yet (issue 39): `bench/compile_time.py` will write "
-               "`bench/results/compile-time-*.json`.")),
+             ("compile-time", "Compile time: an ONNX file to its first result (CPU)",
+              ("Each model built in a child process from empty caches (Roller's kernel cache and PoCL's), then "
+               "again with them full; the stages `compile_model` records (import, fuse, pad, pack, build: "
+               "construction, rendering and PoCL's compile, kernels two at a time; plan), the first run, and "
+               "onnxruntime's session creation for the same file in the same process (`bench/compile_time.py`)."),
+              "Not measured yet: `python bench/compile_time.py --zoo DIR --json bench/results/compile-time-DATE.json`."),
              ("construct", "Construction time",
               "Wall time of `roller.construct` for the top-10 of each op, per bundled description.", ""),
              ("checks", "Compile checks (CUDA, HIP; no GPU)",

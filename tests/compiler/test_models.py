@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -183,8 +184,17 @@ def test_cli_run_checks_against_onnxruntime(tmp_path: Path, capsys: pytest.Captu
                  "--save", str(tmp_path / "y.npz")]) == 0
     line = capsys.readouterr().out
     assert "check ok against onnxruntime" in line and "launches" in line
+    assert re.search(r"  built in \d+\.\d s  ", line), line   # the build's seconds, as the README shows
     with np.load(tmp_path / "y.npz") as y:
         assert y["y"].shape == (1, C, 10, 10)
+
+
+@needs_device
+def test_the_build_records_each_stage_s_seconds() -> None:
+    m = roller.compile_model(residual(), hw="pocl-cpu")
+    assert m.stages is not None and list(m.stages.seconds) == ["import", "fuse", "pad", "pack", "build", "plan"]
+    assert all(s >= 0 for s in m.stages.seconds.values())
+    assert sum(m.stages.seconds.values()) <= m.compile_s
 
 
 def test_every_op_node_comes_from_a_model_node() -> None:

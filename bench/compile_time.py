@@ -1,0 +1,122 @@
+"""Time from an ONNX file to a model's first result, split by stage, cold and warm (issue 39).
+
+    python bench/compile_time.py --zoo DIR [--models resnet18 ...] [--json FILE]
+
+Each model is built in a child process twice: cold (an empty Roller kernel cache and an empty PoCL cache) and
+warm (the same caches again, full). A child reports the stages ``compile_model`` records (``Stages.seconds``:
+import, fuse, pad, pack, build: construction, rendering and the device compile, kernels in parallel; plan),
+the whole ``compile_model`` call, the first run (uploads, the launches, and whatever device compile is still
+left) and a second run. onnxruntime's session creation for the same file is timed in this process (2 intra-op
+threads, all graph optimisations, median of 3). The models come from ``python -m bench.zoo --out DIR`` (and
+``python -m bench.zoo.transformers_models --out DIR`` for ``bert``); those that are missing are skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "densenet121", "bert_base_layer", "bert")
+STAGES = ("import", "fuse", "pad", "pack", "build", "plan")
+
+CHILD = """
+import json, sys, time
+t = time.perf_counter()
+import roller
+m = roller.compile_model(sys.argv[1], hw=sys.argv[2])
+compiled = time.perf_counter() - t
+feeds = m.random_inputs(0)
+t = time.perf_counter(); m.run(feeds); first = time.perf_counter() - t
+t = time.perf_counter(); m.run(feeds); second = time.perf_counter() - t
+print(json.dumps({"stages": m.stages.seconds, "compile_s": compiled, "first_run_s": first, "second_run_s": second,
+                  "kernels": len(m.by_key), "launches": len(m.kernels), "cache_hits": m.cache_hits}))
+"""
+
+
+def child(path: Path, hw: str, caches: Path) -> dict[str, Any]:
+    env = dict(os.environ, ROLLER_CACHE_DIR=str(caches / "roller"), POCL_CACHE_DIR=str(caches / "pocl"))
+    env.pop("ROLLER_NO_CACHE", None)
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), hw], env=env, capture_output=True, text=True,
+                          timeout=3600, check=False)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise RuntimeError(f"{path.name}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    out["process_s"] = wall
+    return out
+
+
+def ort_session_s(path: Path) -> float:
+    import onnxruntime as ort
+
+    times = []
+    for _ in range(3):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2
+        t = time.perf_counter()
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure(path: Path, hw: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="roller-compile-time-") as tmp:
+        caches = Path(tmp)
+        (caches / "roller").mkdir(mode=0o700)
+        (caches / "pocl").mkdir()
+        cold = child(path, hw, caches)
+        warm = child(path, hw, caches)
+    return {"model": path.stem, "hw": hw, "cold": cold, "warm": warm, "ort_session_s": ort_session_s(path)}
+
+
+def row(m: dict[str, Any]) -> dict[str, Any]:
+    cold, warm = m["cold"], m["warm"]
+    stages = " / ".join(f"{cold['stages'].get(s, 0.0):.1f}" for s in STAGES)
+    return {"model": m["model"], "kernels / launches": f"{cold['kernels']} / {cold['launches']}",
+            "cold: to first result s": f"{cold['compile_s'] + cold['first_run_s']:.1f}",
+            "cold: " + " / ".join(STAGES) + " s": stages,
+            "cold: first run s": f"{cold['first_run_s']:.1f}",
+            "warm: to first result s": f"{warm['compile_s'] + warm['first_run_s']:.1f}",
+            "warm: fuse / build s": f"{warm['stages'].get('fuse', 0.0):.1f} / {warm['stages'].get('build', 0.0):.1f}",
+            "onnxruntime session s": f"{m['ort_session_s']:.2f}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python bench/compile_time.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--zoo", type=Path, required=True, help="folder of the exported .onnx files")
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--hw", default="pocl-cpu")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here (bench/results/compile-time-*)")
+    args = ap.parse_args(argv)
+    measured = []
+    for name in args.models:
+        path = args.zoo / f"{name}.onnx"
+        if not path.exists():
+            print(f"{name}: no {path}, skipped", file=sys.stderr)
+            continue
+        m = measure(path, args.hw)
+        measured.append(m)
+        print(json.dumps(row(m)), flush=True)
+    if args.json:
+        doc = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+               "description": args.hw, "command": "python bench/compile_time.py --zoo DIR --json FILE",
+               "target": f"{args.hw} (PoCL on this CPU); onnxruntime's session creation in the same process",
+               "rows": [row(m) for m in measured], "measurements": measured}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
