@@ -124,3 +124,34 @@ def test_read_only_folders(tmp_path: Path) -> None:
     finally:
         locked.chmod(0o700)
         (tmp_path / "cache").chmod(0o700)
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path):
+    """A 64 KiB tmpfs (root where mounting is allowed: CI's container may not allow it, then skipped)."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True,
+                          check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+@needs_device
+def test_a_full_disk(full_disk: Path, tmp_path: Path) -> None:
+    """The build folder on a full disk: one line, and nothing half-written left there; the kernel cache on a
+    full disk: the build goes on without it."""
+    model = adder(tmp_path / "m.onnx", 5.0, width=64 * 1024)   # its weights alone (256 KiB) do not fit
+    env = dict(os.environ, ROLLER_CACHE_DIR=str(tmp_path / "cache"), KILL_AT="0")
+    done = build(model, full_disk / "out", env)
+    assert done.returncode == 2 and "cannot write there: No space left on device" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not list(full_disk.iterdir())
+    env["ROLLER_CACHE_DIR"] = str(full_disk / "cache")
+    done = build(adder(tmp_path / "small.onnx", 6.0), tmp_path / "out", env)
+    assert done.returncode == 0, done.stderr
+    assert weight_of(tmp_path / "out") == 6.0
+    assert not list((full_disk / "cache" / "tmp").iterdir())   # no half-written entry
