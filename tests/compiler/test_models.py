@@ -266,3 +266,28 @@ def test_model_kernels_compile_with_hipcc_for_mi50(tmp_path: Path) -> None:
         problems = hipcc.limits_report(usage[art.kernel_name], hwd, art.launch["block"][0], plan.smem_bytes,
                                        len(plan.inputs) if plan.staged else 0)
         assert problems == [], (art.kernel_name, problems)
+
+
+@needs_device
+def test_a_model_with_one_layer_changed_rebuilds_that_layer_only() -> None:
+    """Kernels are cached by operator: new weights build nothing; a middle convolution changed from 3x3 to 5x5
+    rebuilds its kernel and its producer's (which writes its output inside the padding the new window reads:
+    graph.md, "Values made inside their padding"), and takes the last layer's from the cache."""
+    rng = np.random.default_rng(3)
+
+    def three_convs(k: int):
+        inits = {"w1": rng.standard_normal((8, 4, 3, 3)), "w2": rng.standard_normal((8, 8, k, k)),
+                 "w3": rng.standard_normal((6, 8, 1, 1))}
+        nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["a"], ["r"]),
+                 helper.make_node("Conv", ["r", "w2"], ["b"], pads=[k // 2] * 4),
+                 helper.make_node("Conv", ["b", "w3"], ["y"])]
+        return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 12, 12])], inits)
+
+    first = roller.compile_model(three_convs(3), hw="pocl-cpu")
+    assert first.cache_hits == 0 and len(first.by_key) == 3
+    assert roller.compile_model(three_convs(3), hw="pocl-cpu").cache_hits == 3   # other weights: nothing built
+    changed = roller.compile_model(three_convs(5), hw="pocl-cpu")
+    assert changed.cache_hits == 1
+    assert [k.cache_hit for k in changed.kernels] == [False, False, True]
