@@ -130,11 +130,44 @@ class Target:
             with self._lock:
                 found = self._programs.get(key)
             if found is None:
+                found = self._stored(expr, top_k)
+            if found is None:
                 found = construct(expr, self.hw, top_k=top_k, matrix=self.matrix_support)
+                self._store(expr, top_k, found)
                 with self._lock:
                     self._programs[content + (expr.name,)] = found
                     self._programs.setdefault(content, found)
         return found
+
+
+    # Construction's answers kept in the kernel cache across processes: a warm build of a model asks for tens to
+    # hundreds of them (fusion costs its candidates, padding and layouts weigh theirs), each 10-100 ms.
+    def _stored_key(self, expr: TensorExpr, top_k: int) -> str:
+        from roller import cache
+
+        return cache.result_key("construct", expr.content_hash(), str(top_k), self.hw.content_hash(),
+                                self.backend.name, repr(self.matrix_support), cache.code_hash())
+
+    def _stored(self, expr: TensorExpr, top_k: int) -> list[RProgram] | None:
+        """The programs an earlier process constructed for ``expr``, read back onto ``expr`` itself (so that
+        they carry its name), or None: absent, or not a consistent program of it (then constructed again)."""
+        from roller import cache
+
+        if expr.source is not None:   # a prepared expression: construction starts from the op as written
+            return None
+        docs = cache.load_result("construct", self._stored_key(expr, top_k))
+        if not isinstance(docs, list) or not docs:
+            return None
+        try:
+            return [RProgram.from_json(d, expr) for d in docs]
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def _store(self, expr: TensorExpr, top_k: int, programs: list[RProgram]) -> None:
+        from roller import cache
+
+        if expr.source is None and programs:
+            cache.store_result("construct", self._stored_key(expr, top_k), [p.to_json() for p in programs])
 
 
 class TargetBound:
