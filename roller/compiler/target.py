@@ -139,7 +139,6 @@ class Target:
                     self._programs.setdefault(content, found)
         return found
 
-
     # Construction's answers kept in the kernel cache across processes: a warm build of a model asks for tens to
     # hundreds of them (fusion costs its candidates, padding and layouts weigh theirs), each 10-100 ms.
     def _stored_key(self, expr: TensorExpr, top_k: int) -> str:
