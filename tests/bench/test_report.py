@@ -63,7 +63,7 @@ def test_an_area_without_results_says_so(tmp_path: Path) -> None:
     page = report.render(tmp_path)
     assert "No result file yet (`bench/results/gpu-*.json`" in _section(page, "GPU")
     assert "No result file yet (`bench/results/layers-*.json`" in _section(page, "Model layers")
-    assert "Not measured yet (issue 39)" in _section(page, "Compile time")
+    assert "Not measured yet: `python bench/compile_time.py" in _section(page, "Compile time")
     assert "Only in git history" not in page   # no sources.json here: nothing to list
     rows = [{"what": "resnet18, empty caches", "seconds": 41.25, "kernels": 22}]
     (tmp_path / "compile-time-2027-01-05.json").write_text(json.dumps({"machine": "Test CPU", "rows": rows}))
