@@ -77,7 +77,7 @@ def _unsafe(root: Path) -> str:
     why = ""
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
         why = f"owned by another user (uid {st.st_uid})"
-    elif st.st_mode & 0o022:
+    elif st.st_mode & 0o002:   # by anyone (a group-writable one is common where each user has a group)
         why = f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
     if why and str(root) not in _WARNED:
         import warnings
@@ -246,6 +246,16 @@ def remove(folder: Path) -> bool:
     return not os.path.lexists(folder)
 
 
+def _make_root() -> bool:
+    """The cache folder made, readable and writable by its owner only, before anything is written into it;
+    False when it cannot be."""
+    try:
+        cache_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return True
+
+
 def _own_folder(path: Path) -> bool:
     """Make ``path`` (one of the cache's own folders) a folder: something else in its place is removed.
     False when that cannot be done (then the cache is not writable)."""
@@ -299,9 +309,7 @@ def store(key: str, entry: Entry) -> Path | None:
         return None
     root = cache_dir()
     tmp_root = root / "tmp"
-    try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)   # readable and writable by its owner only
-    except OSError:
+    if not _make_root():
         return None
     if not (_own_folder(tmp_root) and _own_folder(_entries_dir(root))):
         return None
@@ -430,6 +438,7 @@ def store_result(kind: str, key: str, body: Any) -> None:
     path = _result_path(kind, key)
     doc = {"format": FORMAT, "sha256": _sha(json.dumps(body, sort_keys=True).encode()), "body": body}
     try:
+        _make_root()
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(doc).encode())
     except OSError:
@@ -443,6 +452,7 @@ def store_blob(kind: str, key: str, data: bytes) -> str:
     if enabled():
         try:
             path = _result_path(kind, key).with_suffix(".bin")
+            _make_root()
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, data)
         except OSError:
@@ -474,6 +484,7 @@ def descriptions_dir() -> Path:
 def write_checked(path: Path, text: str) -> None:
     """Write ``text`` atomically with a first line ``# roller-cache sha256=<hex>`` over the rest, so that a
     truncated or edited file is detected; OSError when it cannot be written."""
+    _make_root()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (f"{CHECKED_PREFIX}{_sha(text.encode())}\n{text}").encode())
 
