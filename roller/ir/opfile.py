@@ -28,7 +28,7 @@ def read_op_file(src: str | os.PathLike) -> tuple[Any, str]:
     """(the JSON document, the path for messages) of an op file, read once; one-line InputErrors for a file
     that is missing, unreadable, too large or not JSON an op file may hold."""
     path = Path(src)
-    if path.exists() and not path.is_file():   # a FIFO would block the read forever
+    if path.exists() and not path.is_file() and not path.is_dir():   # a FIFO would block the read forever
         raise InputError("not a regular file", source=str(src))
     try:
         with open(path, "rb") as fh:
