@@ -195,8 +195,17 @@ class CLRunner(Runner):
         return runner
 
     def prepare(self) -> None:
-        # one run on zeros (any index reads stay in range, every value is finite)
-        self([np.zeros(spec["shape"], dtype(spec.get("dtype", "float32")).storage) for spec in self.args[:-1]])
+        # One run on zeros (any index read stays in range, every value is finite), on a queue of its own: on the
+        # shared one, waiting for it would wait for every other thread's work too.
+        cl = import_opencl()
+        queue = cl.CommandQueue(self.ctx)
+        zeros = [np.zeros(spec["shape"], dtype(spec.get("dtype", "float32")).storage) for spec in self.args[:-1]]
+        bufs = [cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
+                for a in padded_inputs(self.art.launch, zeros)]
+        nbytes = max(4, math.prod(self.args[-1]["shape"]) * dtype(self.args[-1].get("dtype", "float32")).itemsize)
+        out = cl.Buffer(self.ctx, cl.mem_flags.WRITE_ONLY, size=nbytes)
+        self.kernel(queue, self.global_size, self.local_size, *bufs, out, *self.scalars)
+        queue.finish()
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         cl = import_opencl()
