@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import abc
 import importlib
+import os
 import pkgutil
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -100,6 +102,20 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, art: Artifact, hw: HardwareDesc, workdir: Path | None = None) -> Runner:
         """The kernel compiled for this machine's device."""
+
+    def compile_many(self, arts: Sequence[Artifact], hw: HardwareDesc, jobs: int | None = None,
+                     use_cache: bool = True) -> list[Runner]:
+        """Each kernel compiled for this machine's device and ready for its first launch (``Runner.prepare``),
+        ``jobs`` at a time (compilers run outside the interpreter's lock); a backend whose compiler does better
+        with many kernels at once, or that keeps compiled code in Roller's cache (``use_cache``), overrides it."""
+        def one(art: Artifact) -> Runner:
+            runner = self.compile(art, hw, None)
+            runner.prepare()
+            return runner
+
+        workers = max(1, min(len(arts) or 1, jobs or os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, arts))
 
     @abc.abstractmethod
     def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:

@@ -124,6 +124,10 @@ class GenericKernel(BuildFolder):
         from roller.ir.reference import np_dtype
 
         assert self.kernels is not None
+        missing = [i for i in range(len(self.artifacts)) if i not in self._runners]
+        if missing:   # in one batch: the backend compiles many kernels faster than one by one
+            self._runners.update(zip(missing, self.backend.compile_many([self.artifacts[i] for i in missing],
+                                                                        self.hw)))
         sym = self.kernels.axis.symbol
         least = {**{s: r[1] for s, r in self.op.ranges.items()}, sym: self.op.ranges[sym][0]}
         expr = self.op.instantiate(least)
@@ -214,6 +218,10 @@ class GenericKernel(BuildFolder):
     def _growth(self, tensor: str) -> tuple[int, int]:
         """(dimension, factor) in which ``tensor`` as written grows with the generic symbol."""
         assert self.kernels is not None
+        missing = [i for i in range(len(self.artifacts)) if i not in self._runners]
+        if missing:   # in one batch: the backend compiles many kernels faster than one by one
+            self._runners.update(zip(missing, self.backend.compile_many([self.artifacts[i] for i in missing],
+                                                                        self.hw)))
         sym = self.kernels.axis.symbol
         return next((d, f) for d, (s, f) in self.op.growth()[tensor].items() if s == sym)
 
@@ -424,10 +432,8 @@ class DeviceTimer:
         return prog.expr.content_hash(), prog.key()
 
     def __call__(self, trial: KernelSet, asked: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from roller.compiler.tune import _short
-        from roller.errors import CompileError, RollerError
+        from roller.compiler.tune import _short, compile_each
+        from roller.errors import RollerError
         from roller.ir.reference import random_inputs
         from roller.progress import Progress
 
@@ -439,24 +445,20 @@ class DeviceTimer:
                 self.failed.append(f"{trial.programs[k].line()}: render: {_short(err)}")
         bar = Progress(len(arts) + len(asked), f"timing {self.op.name}'s kernel set", enabled=self.progress)
 
-        def build(k: int) -> tuple[int, Any]:
-            key = self.key(trial.programs[k])
-            if key not in self.compiled:
-                try:
-                    self.compiled[key] = (arts[k], self.backend.compile(arts[k], self.hw, None))
-                except CompileError as err:
-                    self.failed.append(f"{trial.programs[k].line()}: compile: {_short(err)}")
-                    return k, None
-            return k, self.compiled[key][1]
-
         probe = GenericKernel(self.op, self.target, trial, artifacts=[arts.get(k) for k in
                                                                                  range(len(trial.programs))])
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(len(arts), os.cpu_count() or 1))) as pool:
-                for k, runner in pool.map(build, sorted(arts)):
-                    if runner is not None:
-                        probe._runners[k] = runner
-                    bar.step("compiled")
+            # What an earlier trial compiled is not compiled again; the rest in one batch.
+            todo = [k for k in sorted(arts) if self.key(trial.programs[k]) not in self.compiled]
+            for k, result in zip(todo, compile_each(self.backend, [arts[k] for k in todo], self.hw)):
+                if isinstance(result, Exception):
+                    self.failed.append(f"{trial.programs[k].line()}: compile: {_short(result)}")
+                else:
+                    self.compiled[self.key(trial.programs[k])] = (arts[k], result)
+            for k in sorted(arts):
+                if self.key(trial.programs[k]) in self.compiled:
+                    probe._runners[k] = self.compiled[self.key(trial.programs[k])][1]
+                bar.step("compiled")
             out: dict[tuple[int, int], float] = {}
             sym = trial.axis.symbol
             base = {s: r[1] for s, r in self.op.ranges.items()}

@@ -41,7 +41,7 @@ from roller.graph.orchestrate import orchestrate
 from roller.graph.passes import pack_constants
 from roller.ir.reference import random_inputs
 from roller.ir.tensor_expr import TensorExpr
-from roller.progress import Progress
+from roller.progress import Progress, stage
 from roller.runtime.executor import Executor
 
 
@@ -55,8 +55,9 @@ class Stages:
     padded: Graph
     packed: Graph
     fusion: FusionReport | None = None  # what the fusion stage did (None: one kernel per operator)
-    # seconds of each stage of the build: fuse, pad, pack (lower), then build (construction, rendering and the
-    # device compile, kernels in parallel) and plan (build_model); import where compile_model imported it
+    # seconds of each stage of the build: fuse, pad, pack (lower), then build (construction and rendering,
+    # kernels in parallel), compile (the device's compiler, all kernels at once) and plan (build_model); import
+    # where compile_model imported it
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -113,6 +114,7 @@ class Model(BuildFolder):
         with self._lock:   # one executor (one set of device buffers) however many threads ask at once
             if self._executor is None:
                 require_device(self.backend, self.hw, why="running a model")
+                compile_runners(list(self.by_key.values()), self.target)
                 runners = {key: k.runner for key, k in self.by_key.items()}
                 self._executor = Executor(self.graph, self.plan, runners, self.backend.device())
             return self._executor
@@ -421,21 +423,14 @@ def layout_timer(target: Target, top_k: int, cache: bool) -> Callable[[TensorExp
 
 
 def build_stage(graph: Graph, target: Target, top_k: int = 10, evaluate: bool = False, cache: bool = True,
-                jobs: int | None = None, progress: bool | None = None, compile_here: bool | None = None
-                ) -> tuple[dict[str, Kernel], int]:
-    """(kernel key -> kernel, cache hits): one kernel per distinct operator, built ``jobs`` at a time (the
-    device compilers release the interpreter while they work), compiled for this machine's device when the
-    backend can run here (``compile_here``), with a progress bar on stderr when it is a terminal."""
+                jobs: int | None = None, progress: bool | None = None) -> tuple[dict[str, Kernel], int]:
+    """(kernel key -> kernel, cache hits): one kernel per distinct operator, constructed and rendered ``jobs``
+    at a time (or taken from the cache), with a progress bar on stderr when it is a terminal."""
     todo = unique_kernels(graph)
-    if compile_here is None:
-        compile_here = target.backend.can_run_here()
-    bar = Progress(len(todo), f"building {graph.name} ({len(todo)} kernels)", enabled=progress)
+    bar = Progress(len(todo), f"building {graph.name}: constructing {len(todo)} kernels", enabled=progress)
 
     def one(node: OpNode) -> Kernel:
-        k = build_kernel(node.expr, target, top_k=top_k, evaluate=evaluate, use_cache=cache, progress=False)
-        if compile_here:
-            k.runner.prepare()
-        return k
+        return build_kernel(node.expr, target, top_k=top_k, evaluate=evaluate, use_cache=cache, progress=False)
 
     out: dict[str, Kernel] = {}
     try:
@@ -448,6 +443,19 @@ def build_stage(graph: Graph, target: Target, top_k: int = 10, evaluate: bool = 
     finally:
         bar.close()
     return out, sum(1 for k in out.values() if k.cache_hit)
+
+
+def compile_runners(kernels: Sequence[Kernel | BuiltKernel], target: Target, jobs: int | None = None,
+                    use_cache: bool = True, progress: bool | None = None) -> None:
+    """Compile for this machine's device, in one batch (``Backend.compile_many``), the kernels not compiled yet
+    (a kernel chosen by timing already is)."""
+    todo = [k for k in kernels if k._runner is None]
+    if not todo:
+        return
+    with stage(f"compiling {len(todo)} kernels for {target.backend.name}", enabled=progress):
+        runners = target.backend.compile_many([k.artifact for k in todo], target.hw, jobs=jobs, use_cache=use_cache)
+    for k, runner in zip(todo, runners):
+        k._runner = runner
 
 
 def plan_stage(graph: Graph, kernels: Mapping[str, Kernel]) -> Plan:
@@ -465,13 +473,19 @@ def build_model(graph: Graph, target: Target, *, method: str = "solver", top_k: 
     import time
 
     t0 = time.perf_counter()
-    stages = lower(graph, target, method, layout_timer(target, top_k, cache) if evaluate else None)
+    with stage(f"building {graph.name}: fusing {len(graph.op_nodes)} operators", enabled=progress):
+        stages = lower(graph, target, method, layout_timer(target, top_k, cache) if evaluate else None)
     t1 = time.perf_counter()
     kernels, hits = build_stage(stages.packed, target, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
-                                progress=progress, compile_here=compile_here)
+                                progress=progress)
     t2 = time.perf_counter()
+    if compile_here is None:
+        compile_here = target.backend.can_run_here()
+    if compile_here:
+        compile_runners(list(kernels.values()), target, jobs=jobs, use_cache=cache, progress=progress)
+    t3 = time.perf_counter()
     p = plan_stage(stages.packed, kernels)
-    stages.seconds.update(build=t2 - t1, plan=time.perf_counter() - t2)
+    stages.seconds.update(build=t2 - t1, compile=t3 - t2, plan=time.perf_counter() - t3)
     by_key: dict[str, Kernel | BuiltKernel] = dict(kernels)
     return Model(stages.packed, target, by_key, p, compile_s=time.perf_counter() - t0, cache_hits=hits,
                  source=source, stages=stages)

@@ -284,9 +284,10 @@ def _private(g: Graph, value: str, reader: OpNode) -> bool:
 
 def _replace(g: Graph, old: list[OpNode], new: OpNode) -> None:
     """Put ``new`` where the last of ``old`` was (everything it reads is made before that) and drop ``old``."""
-    at = max(i for i, n in enumerate(g.nodes) if any(n is o for o in old))
+    gone = {id(o) for o in old}
+    at = max(i for i, n in enumerate(g.nodes) if id(n) in gone)
     g.nodes[at] = new
-    g.nodes[:] = [n for n in g.nodes if not any(n is o for o in old)]
+    g.nodes[:] = [n for n in g.nodes if id(n) not in gone]
 
 
 def _inline_into(g: Graph, p: OpNode, c: OpNode) -> OpNode | None:

@@ -129,7 +129,7 @@ def candidates(g: Graph, seconds: Callable[[TensorExpr], float], max_group: int 
         nodes, members, cur = stack.pop()
         if len(members) >= max_group:
             continue
-        h = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, nodes)
+        h = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, nodes).fixed()   # only read
         for other, merged in _merges(h, cur, rows):
             grown = members | {pos[id(other)]}
             if grown in found:

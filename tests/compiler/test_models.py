@@ -227,7 +227,7 @@ def _model_arts(hw: str) -> tuple:
     target = Target.resolve(hw)
     graph, _ = fuse(import_model(ROOT / "examples/models/mini_resnet.onnx"))   # epilogues included
     packed = pack_stage(pad_stage(graph, target), target)
-    kernels, _ = build_stage(packed, target, compile_here=False)
+    kernels, _ = build_stage(packed, target)
     return target.hw, [k.artifact for k in kernels.values()]
 
 
@@ -285,9 +285,14 @@ def test_a_model_with_one_layer_changed_rebuilds_that_layer_only() -> None:
         return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 12, 12])], inits)
 
+    from roller.backends.opencl.programs import COUNTS
+
     first = roller.compile_model(three_convs(3), hw="pocl-cpu")
     assert first.cache_hits == 0 and len(first.by_key) == 3
+    compiled = COUNTS["kernels_compiled"]
     assert roller.compile_model(three_convs(3), hw="pocl-cpu").cache_hits == 3   # other weights: nothing built
+    assert COUNTS["kernels_compiled"] == compiled                                # nor compiled
     changed = roller.compile_model(three_convs(5), hw="pocl-cpu")
     assert changed.cache_hits == 1
     assert [k.cache_hit for k in changed.kernels] == [False, False, True]
+    assert COUNTS["kernels_compiled"] == compiled + 2    # the last layer's kernel comes from the stored program

@@ -1,6 +1,7 @@
 """OpenCL backend: kernels from the shared C-family plan, run through pyopencl (PoCL on this machine)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,14 @@ class OpenCLBackend(Backend):
         from roller.backends.opencl.launcher import CLRunner
 
         return CLRunner(art, workdir)
+
+    def compile_many(self, arts: Sequence[Artifact], hw: HardwareDesc, jobs: int | None = None,
+                     use_cache: bool = True) -> list[Runner]:
+        """One program for all the kernels the cache holds no program of (PoCL builds one at a time whatever
+        the threads: opencl/programs.py)."""
+        from roller.backends.opencl.launcher import compile_many
+
+        return list(compile_many(arts, None, use_cache, jobs))
 
     def check_compiles(self, art: Artifact, hw: HardwareDesc, workdir: Path) -> dict[str, Any]:
         from roller.backends.opencl.launcher import CLRunner

@@ -4,14 +4,22 @@ Roller's CPU kernels vectorise inside a work-item (OpenCL vector types along a t
 roller/backends/c_family/plan/vector.py). PoCL's default work-group method then also tries to vectorise the loop over
 a work-group's items, and on the scaled suite that made the vector kernels 1.27x slower in geomean (up to 3x:
 a 7x7 depthwise convolution, 47 vs 152 us), and their times depend on the work-group shape in ways the model
-cannot see. ``loops`` runs the work-items one after another as they are written. A value already in the
-environment wins: set POCL_WORK_GROUP_METHOD yourself to compare.
+cannot see. ``loops`` runs the work-items one after another as they are written.
+
+PoCL also compiles, by default, a work-group function specialised to each launch's grid at the kernel's first
+launch, besides the generic one a program's binary holds (``clGetProgramInfo(CL_PROGRAM_BINARIES)`` compiles
+that one): every kernel compiled twice, and a program loaded from Roller's cache compiled again at its first
+launch. Without specialisation the generic function runs every launch: ResNet-18, MobileNetV2 and a BERT-base
+layer ran within the noise of the specialised ones (1.25 vs 1.26x, 2.32-2.34 vs 2.50-2.57x, 1.29 vs 1.30x
+onnxruntime's latency, alternate processes, 7 rounds each), and a cached program's first launch compiles nothing.
+
+A value already in the environment wins: set either variable yourself to compare.
 """
 from __future__ import annotations
 
 import os
 
-POCL_DEFAULTS = {"POCL_WORK_GROUP_METHOD": "loops"}
+POCL_DEFAULTS = {"POCL_WORK_GROUP_METHOD": "loops", "POCL_WORK_GROUP_SPECIALIZATION": "0"}
 
 
 def apply_pocl_defaults() -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from roller.backends import Artifact
 from roller.backends.c_family.launch import padded_inputs
+from roller.backends.opencl import programs
 from roller.backends.opencl.env import apply_pocl_defaults
 from roller.dtypes import dtype
 from roller.errors import CompileError, InputError, ToolchainError
@@ -127,26 +128,56 @@ def context(spec: str | None = None) -> tuple[Any, Any, Any]:
         return _CTX[key]
 
 
+def build_options() -> list[str]:
+    return ["-cl-fast-relaxed-math"] if settings.opencl.fast_math else []
+
+
+def compile_many(arts: Sequence[Artifact], workdir: Path | None = None, use_cache: bool = True,
+                 jobs: int | None = None) -> list[CLRunner]:
+    """A runner for each artifact: its kernel from a program the cache holds, else from one program built
+    for all the kernels no stored program holds (``programs.py``: why one, and what is kept)."""
+    ctx, _, dev = context()
+    options = build_options()
+    keys = [programs.kernel_key(a, options) for a in arts]
+    found = programs.load_cached(arts, options, ctx, dev) if use_cache else {}
+    todo: dict[str, Artifact] = {}
+    for art, key in zip(arts, keys):
+        if key not in found:
+            todo.setdefault(key, art)
+    found.update(programs.build_all(list(todo.values()), options, ctx, dev, workdir, use_cache, jobs))
+    return [CLRunner(art, workdir, program=found[key][0], entry=found[key][1]) for art, key in zip(arts, keys)]
+
+
 class CLRunner(Runner):
-    def __init__(self, art: Artifact, workdir: Path | None = None, device: str | None = None) -> None:
+    def __init__(self, art: Artifact, workdir: Path | None = None, device: str | None = None,
+                 program: Any = None, entry: str | None = None) -> None:
+        """``art``'s kernel, from ``program`` (built by ``compile_many`` with the kernel in it, named ``entry``
+        there) or from its own source."""
         cl = import_opencl()
         self.art = art
         self.ctx, self.queue, self.dev = context(device)
         src = art.source
-        self.options = ["-cl-fast-relaxed-math"] if settings.opencl.fast_math else []
-        try:
-            self.program = cl.Program(self.ctx, src).build(options=self.options)
-        except cl.RuntimeError as err:
-            path = _keep_source(art, workdir)
-            log = str(err).strip()
-            script = (f"import pyopencl as cl; ctx=cl.create_some_context(False); "
-                      f"cl.Program(ctx, open({str(path)!r}).read()).build()")
-            repro = shlex.join(["python", "-c", script])  # quoted for any path a shell might mangle
-            raise CompileError(f"OpenCL build of {art.kernel_name} failed\n{log}\nkernel: {path}\n"
-                               f"repro: {repro}") from None
+        self.options = build_options()
+        # A program from compile_many has every work-group function compiled, the generic ones PoCL launches
+        # when it does not specialise them: its first launch compiles nothing.
+        self.prepared = program is not None and os.environ.get("POCL_WORK_GROUP_SPECIALIZATION") == "0"
+        if program is not None:
+            self.program = program
+        else:
+            try:
+                self.program = cl.Program(self.ctx, src).build(options=self.options)
+            except cl.RuntimeError as err:
+                path = _keep_source(art, workdir)
+                log = str(err).strip()
+                script = (f"import pyopencl as cl; ctx=cl.create_some_context(False); "
+                          f"cl.Program(ctx, open({str(path)!r}).read()).build()")
+                repro = shlex.join(["python", "-c", script])  # quoted for any path a shell might mangle
+                raise CompileError(f"OpenCL build of {art.kernel_name} failed\n{log}\nkernel: {path}\n"
+                                   f"repro: {repro}") from None
+            programs.count(source_builds=1, kernels_compiled=1)
         # By name, not as an attribute: a kernel named like a Program attribute ('build', 'get_info') would
         # otherwise be that attribute.
-        self.kernel = cl.Kernel(self.program, art.kernel_name)
+        self.kernel = cl.Kernel(self.program, entry or art.kernel_name)
         launch = art.launch
         self.global_size = (launch["global_size"][0],)
         self.local_size = (launch["block"][0],)
@@ -197,6 +228,8 @@ class CLRunner(Runner):
     def prepare(self) -> None:
         # One run on zeros (any index read stays in range, every value is finite), on a queue of its own: on the
         # shared one, waiting for it would wait for every other thread's work too.
+        if self.prepared:
+            return
         cl = import_opencl()
         queue = cl.CommandQueue(self.ctx)
         zeros = [np.zeros(spec["shape"], dtype(spec.get("dtype", "float32")).storage) for spec in self.args[:-1]]
@@ -206,6 +239,7 @@ class CLRunner(Runner):
         out = cl.Buffer(self.ctx, cl.mem_flags.WRITE_ONLY, size=nbytes)
         self.kernel(queue, self.global_size, self.local_size, *bufs, out, *self.scalars)
         queue.finish()
+        self.prepared = True
 
     def __call__(self, inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         cl = import_opencl()

@@ -1,0 +1,246 @@
+"""A model's kernels compiled as one OpenCL program, and the compiled program kept in Roller's cache.
+
+Where the time of a cold build went on PoCL (3.1, this machine's 2 cores): every ``clBuildProgram`` costs
+about 0.55 s whatever the source holds (clang, and linking PoCL's kernel library into the module), and each
+kernel's work-group function (compiled at its first launch, or when the binary is asked for) 0.03-0.3 s more.
+PoCL serialises its LLVM work behind one lock, so building kernels in parallel threads gained nothing: 31
+kernels took 31 builds one after another. One program holding them all built in 1.1 s where 31 programs took
+17 s (the same 3x3 convolution, 31 times).
+
+The compiled program (``clGetProgramInfo(CL_PROGRAM_BINARIES)``: PoCL serialises the module and the
+work-group functions compiled so far) goes into the cache, with one index entry per kernel naming the program
+that holds it, so that a warm build, or one where a single layer changed, compiles only the kernels no stored
+program holds. Asking for the binary compiles each kernel's generic work-group function, the one PoCL launches
+when it does not specialise them (``POCL_WORK_GROUP_SPECIALIZATION=0``, set by ``env.py``); a program loaded
+from its binary then launches without compiling anything, even with PoCL's own cache empty.
+
+``COUNTS`` counts what the device compiler did in this process (tests and ``bench/compile_time.py`` read it).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from roller import cache
+from roller.backends import Artifact
+from roller.backends.opencl.env import POCL_DEFAULTS
+
+#: bump when what a stored program holds, or how it is keyed, changes
+FORMAT = "1"
+#: this process's device compiles: programs built from source, the kernels in them, programs loaded from the
+#: cache, and kernels taken from those
+COUNTS = {"source_builds": 0, "kernels_compiled": 0, "binary_loads": 0, "kernels_loaded": 0}
+_COUNT_LOCK = threading.Lock()
+
+
+def count(**more: int) -> None:
+    with _COUNT_LOCK:
+        for k, v in more.items():
+            COUNTS[k] += v
+
+
+def _environment(options: Sequence[str]) -> str:
+    """What a compiled program depends on besides its source: the device and its driver, the build options,
+    and the PoCL settings that change the code it generates."""
+    from roller.backends.opencl.launcher import device_version
+
+    env = " ".join(f"{k}={os.environ.get(k, '')}" for k in sorted({*POCL_DEFAULTS, "POCL_EXTRA_BUILD_FLAGS"}))
+    return f"{device_version()} | {' '.join(options)} | {env}"
+
+
+def kernel_key(art: Artifact, options: Sequence[str]) -> str:
+    return cache.result_key("opencl-kernel", FORMAT, _environment(options), art.kernel_name, art.source)
+
+
+#: an entry of a program: the artifact and the name its kernel has there
+Entry = tuple[Artifact, str]
+
+
+def entries(arts: Sequence[Artifact]) -> list[Entry]:
+    """Each artifact with a name unique in one program: its own, or, for a second kernel of a name (the top-K
+    candidates of one operator all have its name), ``<name>__r<n>``."""
+    taken = {a.kernel_name for a in arts}
+    seen: set[str] = set()
+    out = []
+    for art in arts:
+        name = art.kernel_name
+        if name in seen:
+            n = 1
+            while f"{art.kernel_name}__r{n}" in taken:
+                n += 1
+            name = f"{art.kernel_name}__r{n}"
+            taken.add(name)
+        seen.add(name)
+        out.append((art, name))
+    return out
+
+
+def program_source(program: Sequence[Entry]) -> str:
+    """The kernels' sources one after another (their helpers are guarded, so each is defined once). A kernel
+    named otherwise in the program is renamed by the preprocessor, token by token inside its own source only; a
+    name that was also some other identifier there fails to compile together, and is then built alone."""
+    parts = []
+    for art, name in program:
+        if name == art.kernel_name:
+            parts.append(art.source)
+        else:
+            parts.append(f"#define {art.kernel_name} {name}\n{art.source}\n#undef {art.kernel_name}")
+    return "\n".join(parts)
+
+
+def load_cached(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev: Any
+                ) -> dict[str, tuple[Any, str]]:
+    """kernel key -> (the program, loaded from its stored binary, that holds the kernel; its name there), for
+    each artifact whose program the cache has; each stored program loaded once."""
+    from roller.backends.opencl.launcher import import_opencl
+
+    cl = import_opencl()
+    loaded: dict[str, Any] = {}
+    out: dict[str, tuple[Any, str]] = {}
+    for art in arts:
+        key = kernel_key(art, options)
+        index = cache.load_result("opencl-kernel", key)
+        pkey = index.get("program") if isinstance(index, dict) else None
+        entry = index.get("entry") if isinstance(index, dict) else None
+        if not isinstance(pkey, str) or not isinstance(entry, str):
+            continue
+        if pkey not in loaded:
+            loaded[pkey] = None
+            doc = cache.load_result("opencl-program", pkey)
+            digest = doc.get("binary_sha256") if isinstance(doc, dict) else None
+            binary = cache.load_blob("opencl-program", pkey, digest) if isinstance(digest, str) else None
+            if binary is not None:
+                try:
+                    loaded[pkey] = cl.Program(ctx, [dev], [binary]).build(options=list(options))
+                    count(binary_loads=1)
+                except (cl.Error, ValueError):   # a binary this driver no longer takes: built again
+                    loaded[pkey] = None
+        prg = loaded[pkey]
+        if prg is not None and entry in prg.kernel_names.split(";"):
+            out[key] = (prg, entry)
+            count(kernels_loaded=1)
+    return out
+
+
+def split(program: Sequence[Entry], parts: int) -> list[list[Entry]]:
+    """``program`` in at most ``parts`` programs of about equal compile work (a kernel's source length stands for
+    its work-group function's compile time), largest first into the lightest part; each part keeps the order."""
+    bins: list[list[int]] = [[] for _ in range(max(1, min(parts, len(program))))]
+    load = [0] * len(bins)
+    for i in sorted(range(len(program)), key=lambda i: -len(program[i][0].source)):
+        j = load.index(min(load))
+        bins[j].append(i)
+        load[j] += len(program[i][0].source)
+    return [[program[i] for i in sorted(b)] for b in bins if b]
+
+
+#: kernels a child process must have to be worth starting (it costs ~0.5 s: Python, PoCL, clang's fixed cost)
+MIN_PER_PROCESS = 3
+
+
+def build_all(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev: Any, workdir: Path | None,
+              use_cache: bool, jobs: int | None = None) -> dict[str, tuple[Any, str]]:
+    """kernel key -> (program, the kernel's name there), for ``arts`` (distinct kernels), built from source:
+    split over ``jobs`` processes where there are enough kernels for that to pay (PoCL compiles one kernel at a
+    time in a process: this one builds the first part while child processes build the others and hand back
+    their binaries)."""
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    parts = split(entries(arts), min(jobs, len(arts) // MIN_PER_PROCESS))
+    with ThreadPoolExecutor(max_workers=len(parts) or 1) as pool:
+        futures = [pool.submit(build, part, options, ctx, dev, workdir, use_cache, i > 0)
+                   for i, part in enumerate(parts)]
+        built = [f.result() for f in futures]
+    return {kernel_key(art, options): found[i] for part, found in zip(parts, built) for i, (art, _) in enumerate(part)}
+
+
+def build(program: Sequence[Entry], options: Sequence[str], ctx: Any, dev: Any, workdir: Path | None,
+          use_cache: bool, in_child: bool = False) -> list[tuple[Any, str]]:
+    """(program, name) of each entry: one program built from source (``in_child``: by a child process, whose
+    binary is loaded here), every kernel's work-group function compiled, and stored in the cache with an index
+    entry per kernel. Where the whole fails to build, each kernel is built alone: the one that fails raises
+    ``CLRunner``'s message and repro; if none does, they run from their own programs."""
+    from roller.backends.opencl.launcher import CLRunner, import_opencl
+
+    cl = import_opencl()
+    source = program_source(program)
+    binary = _child_build(source, options) if in_child else None
+    prg = None
+    if binary is not None:
+        try:
+            prg = cl.Program(ctx, [dev], [binary]).build(options=list(options))
+        except (cl.Error, ValueError):   # another device's binary: built here instead
+            prg = None
+    if prg is None or binary is None:
+        try:
+            prg = cl.Program(ctx, source).build(options=list(options))
+        except cl.RuntimeError:
+            if len(program) == 1 and program[0][1] == program[0][0].kernel_name:
+                CLRunner(program[0][0], workdir)   # raises the kernel's CompileError with its repro
+                raise
+            return [found for art, _ in program for found in build([(art, art.kernel_name)], options, ctx, dev,
+                                                                   workdir, use_cache)]
+        # The binary: PoCL compiles each kernel's work-group function to make it (what the first launch would
+        # otherwise compile, one kernel at a time).
+        binary = bytes(prg.binaries[0])
+    count(source_builds=1, kernels_compiled=len(program))
+    if use_cache and cache.enabled():
+        pkey = cache.result_key("opencl-program", FORMAT, _environment(options), source)
+        digest = cache.store_blob("opencl-program", pkey, binary)
+        cache.store_result("opencl-program", pkey, {"kernels": [name for _, name in program],
+                                                    "binary_sha256": digest})
+        for art, name in program:
+            cache.store_result("opencl-kernel", kernel_key(art, options), {"program": pkey, "entry": name})
+    return [(prg, name) for _, name in program]
+
+
+def _child_build(source: str, options: Sequence[str]) -> bytes | None:
+    """The program's binary, built by a child process (``main``) on the same device; None where that fails
+    (the caller then builds it here, and reports a compile error there)."""
+    import roller
+
+    with tempfile.TemporaryDirectory(prefix="roller-cl-") as tmp:
+        src, out = Path(tmp) / "program.cl", Path(tmp) / "program.bin"
+        src.write_text(source, encoding="utf-8")
+        env = dict(os.environ)
+        # The child imports this Roller, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(roller.__file__).resolve().parents[1]),
+                                                        env.get("PYTHONPATH", "")) if p)
+        try:
+            done = subprocess.run([sys.executable, "-m", "roller.backends.opencl.programs", str(src), str(out),
+                                   *options], env=env, capture_output=True, check=False)
+        except OSError:
+            return None
+        if done.returncode != 0 or not out.is_file():
+            return None
+        return out.read_bytes()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m roller.backends.opencl.programs SOURCE BINARY [OPTION ...]``: build SOURCE for the device
+    kernels run on and write the program's binary (work-group functions included) to BINARY."""
+    from roller.backends.opencl.launcher import context, import_opencl
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2:
+        print("usage: python -m roller.backends.opencl.programs SOURCE BINARY [OPTION ...]", file=sys.stderr)
+        return 2
+    cl = import_opencl()
+    ctx, _, _ = context()
+    try:
+        prg = cl.Program(ctx, Path(args[0]).read_text(encoding="utf-8")).build(options=args[2:])
+    except cl.RuntimeError as err:
+        print(str(err).strip().splitlines()[0], file=sys.stderr)
+        return 1
+    Path(args[1]).write_bytes(prg.binaries[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
