@@ -30,7 +30,7 @@ from roller.backends import ordered_inputs, require_device
 from roller.compiler.artifact import BuildFolder, BuiltKernel
 from roller.compiler.check import compare_outputs
 from roller.compiler.kernel import Kernel, build_kernel
-from roller.compiler.target import Target
+from roller.compiler.target import StoredCosts, Target
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.graph import Graph, InputPad, OpNode, Plan, kernel_key, plan, unique_kernels
@@ -348,9 +348,23 @@ def fuse_stage(graph: Graph, target: Target, method: str, seconds: Callable[[Ten
     "none"."""
     if method == "none":
         return graph, None
+    stored = None
+    if seconds is None:
+        from roller import cache
+
+        stored = StoredCosts(target, cache.result_key(method, *(n.expr.content_hash() for n in graph.op_nodes)))
+    cost = seconds or stored or target.predicted_seconds
+    try:
+        return _fused(graph, target, method, cost)
+    finally:
+        if stored is not None:
+            stored.save()
+
+
+def _fused(graph: Graph, target: Target, method: str, cost: Callable[[TensorExpr], float]
+           ) -> tuple[Graph, FusionReport]:
     from roller.graph.segments import fuse_in_segments
 
-    cost = seconds or target.predicted_seconds
     rows = target.backend.row_kernels
     if method == "solver" and len(graph.op_nodes) > SOLVER_MAX_OPS:
         import warnings

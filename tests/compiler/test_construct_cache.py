@@ -48,3 +48,23 @@ def test_a_model_built_again_constructs_nothing_and_is_the_same(monkeypatch: pyt
     assert not calls
     assert [k.artifact.source for k in second.kernels] == [k.artifact.source for k in first.kernels]
     assert second.plan.to_json() == first.plan.to_json()
+
+
+def test_fusion_reads_its_costs_back_as_one_table(monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
+    """A second fusion of a graph asks construction (or its stored answers) nothing: the costs it weighed are
+    one stored table; it fuses the same. A damaged table only costs the questions again."""
+    from roller.compiler.model import fuse_stage
+    from roller.frontends.onnx import import_model
+
+    graph = import_model(ALL["attention_block"]()[0])
+    first, report = fuse_stage(graph, Target.resolve("pocl-cpu", None), "solver")
+    asked = []
+    real = Target.predicted_seconds
+    monkeypatch.setattr(Target, "predicted_seconds", lambda self, e: asked.append(1) or real(self, e))
+    again, again_report = fuse_stage(graph, Target.resolve("pocl-cpu", None), "solver")
+    assert not asked and [n.expr.statement() for n in again.op_nodes] == [n.expr.statement() for n in first.op_nodes]
+    assert report is not None and again_report is not None and again_report.predicted_s == report.predicted_s
+    (table,) = (private_cache / "results" / "fusion-costs").rglob("*.json")
+    table.write_text(table.read_text()[:-20])
+    damaged, _ = fuse_stage(graph, Target.resolve("pocl-cpu", None), "solver")
+    assert asked and [n.expr.statement() for n in damaged.op_nodes] == [n.expr.statement() for n in first.op_nodes]
