@@ -9,6 +9,10 @@ all kernels at once; plan), the whole ``compile_model`` call, the first run (upl
 left) and a second run. onnxruntime's session creation for the same file is timed in this process (2 intra-op
 threads, all graph optimisations, median of 3). The models come from ``python -m bench.zoo --out DIR`` (and
 ``python -m bench.zoo.transformers_models --out DIR`` for ``bert``); those that are missing are skipped.
+
+``--iree BIN`` (a folder holding ``iree-import-onnx`` and ``iree-compile``: ``pip install
+'iree-base-compiler[onnx]'``) also times a peer compiler on the same file in the same run: IREE's ONNX import,
+then its compile for this CPU (``llvm-cpu``, ``--iree-llvmcpu-target-cpu=host``), from empty folders.
 """
 from __future__ import annotations
 
@@ -81,6 +85,26 @@ def measure(path: Path, hw: str) -> dict[str, Any]:
     return {"model": path.stem, "hw": hw, "cold": cold, "warm": warm, "ort_session_s": ort_session_s(path)}
 
 
+def iree_s(path: Path, bin_dir: Path) -> dict[str, float | str]:
+    """Seconds of IREE's import of ``path`` and of its compile for this CPU, or the reason it failed."""
+    with tempfile.TemporaryDirectory(prefix="roller-iree-") as tmp:
+        mlir, vmfb = Path(tmp) / "model.mlir", Path(tmp) / "model.vmfb"
+        steps = {"import_s": [str(bin_dir / "iree-import-onnx"), str(path), "-o", str(mlir)],
+                 "compile_s": [str(bin_dir / "iree-compile"), "--iree-hal-target-device=local",
+                               "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
+                               str(mlir), "-o", str(vmfb)]}
+        out: dict[str, float | str] = {}
+        for key, cmd in steps.items():
+            t = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+            if done.returncode != 0:
+                tail = (done.stderr.strip().splitlines() or ["failed"])[-1]
+                out["error"] = f"{key[:-2]}: {tail[:200]}"
+                return out
+            out[key] = time.perf_counter() - t
+        return out
+
+
 def row(m: dict[str, Any]) -> dict[str, Any]:
     cold, warm = m["cold"], m["warm"]
     stages = " / ".join(f"{cold['stages'].get(s, 0.0):.1f}" for s in STAGES)
@@ -90,7 +114,10 @@ def row(m: dict[str, Any]) -> dict[str, Any]:
             "cold: first run s": f"{cold['first_run_s']:.1f}",
             "warm: to first result s": f"{warm['compile_s'] + warm['first_run_s']:.1f}",
             "warm: fuse / build s": f"{warm['stages'].get('fuse', 0.0):.1f} / {warm['stages'].get('build', 0.0):.1f}",
-            "onnxruntime session s": f"{m['ort_session_s']:.2f}"}
+            "onnxruntime session s": f"{m['ort_session_s']:.2f}",
+            **({"IREE import + compile s": (f"{m['iree']['import_s']:.1f} + {m['iree']['compile_s']:.1f}"
+                                             if "error" not in m["iree"] else m["iree"]["error"])}
+               if "iree" in m else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--hw", default="pocl-cpu")
     ap.add_argument("--json", type=Path, default=None, help="write the results here (bench/results/compile-time-*)")
+    ap.add_argument("--iree", type=Path, default=None, metavar="BIN",
+                    help="folder with iree-import-onnx and iree-compile: time IREE on each model too")
     args = ap.parse_args(argv)
     measured = []
     for name in args.models:
@@ -107,12 +136,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: no {path}, skipped", file=sys.stderr)
             continue
         m = measure(path, args.hw)
+        if args.iree is not None:
+            m["iree"] = iree_s(path, args.iree)
         measured.append(m)
         print(json.dumps(row(m)), flush=True)
     if args.json:
         doc = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                "description": args.hw, "command": "python bench/compile_time.py --zoo DIR --json FILE",
-               "target": f"{args.hw} (PoCL on this CPU); onnxruntime's session creation in the same process",
+               "target": f"{args.hw} (PoCL on this CPU); onnxruntime's session creation in the same process"
+                         + ("; IREE's import and llvm-cpu compile of the same file" if args.iree else ""),
                "rows": [row(m) for m in measured], "measurements": measured}
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0

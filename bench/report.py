@@ -12,8 +12,9 @@ A file's kind is its name's prefix: ``models-`` (bench/models.py --json), ``laye
 --json), ``dynamic-`` (bench/dynamic.py --json), ``fidelity-`` (bench/fidelity.py --json), ``gpu-``
 (bench/gpu.py and bench/gpu_checks.py runs collected by bench/gpu_session.sh), ``pocl-`` (bench/pocl.py's
 matmul against numpy and memory-bound ops against a copy kernel), ``construct-`` (bench/construct.py),
-``checks-`` (the CUDA and HIP compile checks), ``compare-`` (``roller compare``) and ``compile-time-``
-(issue 39's bench/compile_time.py). Other ``.json`` files are named as not read.
+``checks-`` (the CUDA and HIP compile checks), ``compare-`` (``roller compare``), ``compile-time-``
+(issue 39's bench/compile_time.py) and ``light-zoo-`` (bench/light_zoo.py). Other ``.json`` files are named as
+not read.
 
 Where, when and how a file was measured: its own top-level fields ``date`` (YYYY-MM-DD), ``time`` (HH:MM,
 only to order the runs of one day), ``machine`` (else its ``cpu`` or ``device``), ``description``,
@@ -21,8 +22,8 @@ only to order the runs of one day), ``machine`` (else its ``cpu`` or ``device``)
 current) and ``transcribed_from``. Files that predate these fields have them in bench/results/sources.json,
 whose entry wins over the file's own fields; without either, the date comes from the file name.
 
-The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-``, ``language-`` and ``generation-``
-files are loose: ``rows`` is a list of objects whose keys become the table's columns; ``target`` is shown above the
+The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-``, ``language-``, ``generation-`` and
+``light-zoo-`` files are loose: ``rows`` is a list of objects whose keys become the table's columns; ``target`` is shown above the
 table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
 optional ``gflops``}]}) and ``memory`` ({``rows``: [{``op``, ``vs_copy``: one ratio or a list, one per run,
 optional ``gbps``, ``copy_gbps``}]}). Expected of compile time (issue 39), one row per build timed::
@@ -55,7 +56,8 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "construct": "python bench/construct.py", "checks": "the CUDA and HIP compile checks",
          "compare": "roller compare", "compile-time": "python bench/compile_time.py",
          "language": "python bench/language.py --json FILE",
-         "generation": "python bench/generation.py --json FILE"}
+         "generation": "python bench/generation.py --json FILE",
+         "light-zoo": "python bench/light_zoo.py --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -453,9 +455,17 @@ def render(folder: Path = RESULTS) -> str:
              ("compile-time", "Compile time: an ONNX file to its first result (CPU)",
               ("Each model built in a child process from empty caches (Roller's kernel cache and PoCL's), then "
                "again with them full; the stages `compile_model` records (import, fuse, pad, pack, build: "
-               "construction, rendering and PoCL's compile, kernels two at a time; plan), the first run, and "
-               "onnxruntime's session creation for the same file in the same process (`bench/compile_time.py`)."),
+               "construction and rendering, kernels two at a time; compile: PoCL's, all kernels as one program "
+               "or one per core; plan), the first run, onnxruntime's session creation for the same file in the "
+               "same process, and where given IREE's import and compile for this CPU "
+               "(`bench/compile_time.py`)."),
               "Not measured yet: `python bench/compile_time.py --zoo DIR --json bench/results/compile-time-DATE.json`."),
+             ("light-zoo", "The ONNX package's light zoo (opset 9, as shipped) against onnxruntime (CPU)",
+              ("The nine models of `onnx/backend/test/data/light` with random weights in place of their constant "
+               "ones, opset 9 upgraded at import; built, checked against onnxruntime, then one run each "
+               "(inputs uploaded, outputs downloaded) alternating with onnxruntime's, medians "
+               "(`bench/light_zoo.py`)."),
+              "Not measured yet: `python bench/light_zoo.py --json bench/results/light-zoo-DATE.json`."),
              ("construct", "Construction time",
               "Wall time of `roller.construct` for the top-10 of each op, per bundled description.", ""),
              ("checks", "Compile checks (CUDA, HIP; no GPU)",

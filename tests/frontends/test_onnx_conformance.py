@@ -45,7 +45,6 @@ INT = ("integer or bool results of ops that keep them on the host: MaxPool's ind
        "reflect and wrap modes of integer tensors")
 WIDE_INT = ("int16, uint16, uint32 and uint64 tensors: no kernel holds them (an input of those types is folded into "
             "the model; a result of those types is refused)")
-OLD_OPSET = "opsets below 11 (the importer reads 11 and later; onnx.version_converter converts older models)"
 STRING = "string tensors"
 FLOAT_MOD = "floating-point Mod: a truncation function in the IR (integer Mod is translated)"
 FLOAT64 = "float64 tensors on the device (IR: element type float64)"
@@ -94,8 +93,6 @@ EXCLUDED: dict[str, str] = {
     # the window functions' expanded graphs compute from the size alone (Range, Cos): constants throughout
     r"test_(blackman|hamming|hann)window(_symmetric)?_expanded": FOLDED,
     r"test_(equal|greater|less|greater_equal|less_equal)_u?int(16|32|64)(_expanded)?": FOLDED,
-    r"test_(and|or|xor)(2d|3d|4d|_bcast\d+v\d+d)": OLD_OPSET,
-    r"test_not_(2d|3d|4d)": OLD_OPSET,
     r"test_equal_string(_broadcast)?": STRING,
     r"test_mod_.*float(16|32|64).*": FLOAT_MOD,
     r"test_mod_mixed_sign_float(16|32|64)": FLOAT_MOD,

@@ -19,7 +19,7 @@ from onnx.reference import ReferenceEvaluator
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError, printable
 from roller.frontends.onnx.context import DEVICE_TYPES, OPSETS, TRANSLATORS, Context, tensor_array
-from roller.frontends.onnx.rewrite import fold_batchnorm
+from roller.frontends.onnx.rewrite import drop_unused_outputs, fold_batchnorm, upgrade_opset
 from roller.graph.ir import Graph
 from roller.graph.passes import remove_dead
 
@@ -114,6 +114,9 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
         else load_model(model)
     opset = _opset(proto, source)
     _check_tensors(proto.graph, source)   # before onnx.checker, which looks for external files itself
+    if opset < OPSETS[0]:
+        proto, opset = upgrade_opset(proto, opset, OPSETS[0], source), OPSETS[0]
+    proto = drop_unused_outputs(proto, opset)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:
@@ -184,9 +187,12 @@ def _opset(proto: onnx.ModelProto, source: str) -> int:
     if version is None:
         raise InputError("the model imports no default-domain opset", source=source)
     lo, hi = OPSETS
-    if not lo <= version <= hi:
-        raise InputError(f"opset {version} is not supported (opsets {lo}-{hi} are); convert it with "
-                         f"onnx.version_converter.convert_version", source=source)
+    if version > hi:
+        raise InputError(f"opset {version} is newer than this onnx package knows (opsets up to {hi} are read); "
+                         "upgrade onnx", source=source)
+    if version < 1:
+        raise InputError(f"opset {version} is not an opset (opsets {lo}-{hi} are read, older ones upgraded)",
+                         source=source)
     return version
 
 

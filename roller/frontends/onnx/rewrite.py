@@ -55,3 +55,71 @@ def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     g.node.extend(kept)
     return out
 
+
+
+def drop_unused_outputs(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """``model`` with every optional output that nothing reads left unnamed (what an exporter writes when it
+    does not want it): Dropout's mask, MaxPool's indices, BatchNormalization's statistics of training, as
+    older exporters name them. Which outputs are optional, the operator's schema at ``opset`` says; a model
+    that reads such an output keeps it (and its translation says whether it is supported)."""
+    g = model.graph
+    read = _read_names(g) | {o.name for o in g.output}
+    todo = []
+    for k, node in enumerate(g.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        unread = [i for i, o in enumerate(node.output) if i > 0 and o and o not in read]
+        if not unread:
+            continue
+        try:
+            formal = onnx.defs.get_schema(node.op_type, opset).outputs
+        except onnx.defs.SchemaError:
+            continue
+        optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+        drop = [i for i in unread if i < len(formal) and formal[i].option == optional]
+        if drop:
+            todo.append((k, drop))
+    if not todo:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k, drop in todo:
+        node = out.graph.node[k]
+        for i in drop:
+            node.output[i] = ""
+        while node.output and not node.output[-1]:   # trailing unnamed outputs are simply absent
+            node.output.pop()
+    return out
+
+
+def _read_names(g: onnx.GraphProto) -> set[str]:
+    """Every name a node of ``g`` reads, in its subgraphs too (a subgraph may read an outer value)."""
+    out = set()
+    for n in g.node:
+        out.update(n.input)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                out |= _read_names(sub)
+    return out
+
+
+class OpsetUpgrade(UserWarning):
+    """A model of an opset older than the importer reads was upgraded at import (onnx.version_converter)."""
+
+
+def upgrade_opset(model: onnx.ModelProto, version: int, to: int, source: str) -> onnx.ModelProto:
+    """``model`` (default-domain opset ``version``) converted to opset ``to`` by onnx's version converter, with a
+    one-line warning saying so; InputError where the converter cannot."""
+    import warnings
+
+    from roller.errors import InputError
+
+    try:
+        out = onnx.version_converter.convert_version(model, to)
+    except Exception as err:  # noqa: BLE001 - the converter raises plain RuntimeErrors and others
+        first = (str(err).strip().splitlines() or [err.__class__.__name__])[0][:300]
+        raise InputError(f"opset {version} could not be upgraded to {to} (onnx.version_converter: {first}); "
+                         f"opsets {to} and later are read", source=source) from None
+    warnings.warn(f"{source}: opset {version} upgraded to {to} at import (onnx.version_converter)", OpsetUpgrade,
+                  stacklevel=3)
+    return out
