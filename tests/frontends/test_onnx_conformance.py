@@ -54,8 +54,6 @@ HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float
         "bfloat16 type (the importer's caller refuses it before building)")
 ZERO = "zero-size tensors (an empty input, output, slice or split): values have positive sizes (graph IR)"
 POW = "a pow function in the IR: an exponent per element (a constant scalar exponent is translated)"
-GATHER = ("Resize linear/cubic: input rows picked by a table and weighed (not translated yet: the reads through "
-          "a run-time index can now express it; a dense interpolation matrix would spread inf and NaN across rows)")
 TRAINING = "training mode: Dropout draws a random mask, BatchNormalization returns updated running statistics"
 SEQUENCE = "sequence and optional values: only tensors are imported"
 HALF_ROUNDING = ("float16 attention whose kernels round to float16 at other points than the reference (one "
@@ -105,7 +103,6 @@ EXCLUDED: dict[str, str] = {
     r"test_causal_conv_with_state_kernel_size_one_expanded": ZERO,
     # functions and reads the IR lacks
     r"test_pow(_example|_bcast_array|_types_float32_u?int\d+)?": POW,
-    r"test_resize_.*(linear|cubic|tf_crop_and_resize).*": GATHER,
     # not inference
     r"test_batchnorm_.*_training_mode": TRAINING,
     r"test_training_dropout(_default)?": TRAINING,

@@ -507,14 +507,20 @@ def import_time_only(ctx: Context, node: onnx.NodeProto) -> None:
 
 @translates("Resize")
 def resize(ctx: Context, node: onnx.NodeProto) -> None:
-    """Nearest-neighbour resizing as device copies: along each axis every output row is one input row, and
+    """Nearest-neighbour resizing as device copies (linear and cubic: roller.frontends.onnx.resize): along each
+    axis every output row is one input row, and
     consecutive rows that come from consecutive rows move in one piece. Which input row each output row takes
     (every coordinate transformation, rounding mode, aspect-ratio policy and axes list) is asked of ONNX's
     reference implementation, run at import on a tensor of row numbers, so it is ONNX's own answer."""
     mode = ctx.attr(node, "mode", b"nearest")
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode in ("linear", "cubic"):
+        from roller.frontends.onnx.resize import interpolate
+
+        interpolate(ctx, node, mode)
+        return
     if mode != "nearest":
-        raise ctx.error(node, f"mode={mode!r} is not supported (nearest)")
+        raise ctx.error(node, f"mode={mode!r} is not supported (nearest, linear, cubic)")
     x = ctx.device_value(node, 0)
     rank = len(x.shape)
     params = {i: ctx.const_input(node, i, what) for i, what in ((1, "roi"), (2, "scales"), (3, "sizes"))
