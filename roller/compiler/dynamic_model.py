@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from roller.compiler.check import compare_outputs
+from roller.compiler.check import compare_outputs, model_tolerances
 from roller.compiler.target import Target, TargetBound
 from roller.errors import InputError, printable
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
@@ -200,7 +200,9 @@ class DynamicModel(TargetBound):
             sess = ort.InferenceSession(self.source.SerializeToString(), options, providers=["CPUExecutionProvider"])
             ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(inputs))))
             by = f"onnxruntime {ort.__version__}"
-        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by)
+        family = self.generic.family.at(self.bind(inputs)[self.symbols[0]])
+        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by,
+                               model_tolerances(v.dtype for v in family.values.values()))
 
     def benchmark(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> float:
         """Median seconds of one run's device work at the inputs' sizes."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from roller.backends import ordered_inputs, require_device
 from roller.compiler.artifact import BuildFolder, BuiltKernel
-from roller.compiler.check import compare_outputs
+from roller.compiler.check import compare_outputs, model_tolerances
 from roller.compiler.kernel import Kernel, build_kernel
 from roller.compiler.target import StoredCosts, Target
 from roller.dtypes import dtype as dtype_of
@@ -196,7 +196,8 @@ class Model(BuildFolder):
         feeds = dict(inputs) if inputs is not None else self.random_inputs()
         got = dict(outputs) if outputs is not None else self.run(feeds)
         ref, by = self.reference(feeds)
-        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by)
+        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by,
+                               model_tolerances(v.dtype for v in self.graph.values.values()))
 
     # -- build folders (roller.compiler.artifact) ------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> dict[str, Any]:
