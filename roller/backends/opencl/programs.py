@@ -141,8 +141,8 @@ def split(program: Sequence[Entry], parts: int) -> list[list[Entry]]:
     return [[program[i] for i in sorted(b)] for b in bins if b]
 
 
-#: kernels a child process must have to be worth starting (it costs ~0.5 s: Python, PoCL, clang's fixed cost)
-MIN_PER_PROCESS = 3
+#: kernels a child process must have to be worth starting (it costs ~0.8 s: Python, PoCL, clang's fixed cost)
+MIN_PER_PROCESS = 4
 
 
 def build_all(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev: Any, workdir: Path | None,
@@ -170,7 +170,7 @@ def build(program: Sequence[Entry], options: Sequence[str], ctx: Any, dev: Any, 
 
     cl = import_opencl()
     source = program_source(program)
-    binary = _child_build(source, options) if in_child else None
+    binary = _child_build(source, options, dev) if in_child else None
     prg = None
     if binary is not None:
         try:
@@ -200,47 +200,33 @@ def build(program: Sequence[Entry], options: Sequence[str], ctx: Any, dev: Any, 
     return [(prg, name) for _, name in program]
 
 
-def _child_build(source: str, options: Sequence[str]) -> bytes | None:
-    """The program's binary, built by a child process (``main``) on the same device; None where that fails
-    (the caller then builds it here, and reports a compile error there)."""
-    import roller
+#: what a child process runs: pyopencl alone (importing Roller took most of a child's second), the device
+#: named by platform name and version and its index there; PoCL's settings come with the environment
+CHILD = """
+import sys
+import pyopencl as cl
+platform, version, index, source, binary, *options = sys.argv[1:]
+dev = [p for p in cl.get_platforms() if p.name == platform and p.version == version][0].get_devices()[int(index)]
+ctx = cl.Context([dev])
+with open(source, encoding="utf-8") as f:
+    prg = cl.Program(ctx, f.read()).build(options=options)
+with open(binary, "wb") as f:
+    f.write(prg.binaries[0])
+"""
 
+
+def _child_build(source: str, options: Sequence[str], dev: Any) -> bytes | None:
+    """The program's binary, built by a child process on ``dev``; None where that fails (the caller then
+    builds it here, and reports a compile error there)."""
+    index = dev.platform.get_devices().index(dev)
     with tempfile.TemporaryDirectory(prefix="roller-cl-") as tmp:
         src, out = Path(tmp) / "program.cl", Path(tmp) / "program.bin"
         src.write_text(source, encoding="utf-8")
-        env = dict(os.environ)
-        # The child imports this Roller, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(roller.__file__).resolve().parents[1]),
-                                                        env.get("PYTHONPATH", "")) if p)
         try:
-            done = subprocess.run([sys.executable, "-m", "roller.backends.opencl.programs", str(src), str(out),
-                                   *options], env=env, capture_output=True, check=False)
+            done = subprocess.run([sys.executable, "-c", CHILD, dev.platform.name, dev.platform.version, str(index),
+                                   str(src), str(out), *options], capture_output=True, check=False)
         except OSError:
             return None
         if done.returncode != 0 or not out.is_file():
             return None
         return out.read_bytes()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m roller.backends.opencl.programs SOURCE BINARY [OPTION ...]``: build SOURCE for the device
-    kernels run on and write the program's binary (work-group functions included) to BINARY."""
-    from roller.backends.opencl.launcher import context, import_opencl
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2:
-        print("usage: python -m roller.backends.opencl.programs SOURCE BINARY [OPTION ...]", file=sys.stderr)
-        return 2
-    cl = import_opencl()
-    ctx, _, _ = context()
-    try:
-        prg = cl.Program(ctx, Path(args[0]).read_text(encoding="utf-8")).build(options=args[2:])
-    except cl.RuntimeError as err:
-        print(str(err).strip().splitlines()[0], file=sys.stderr)
-        return 1
-    Path(args[1]).write_bytes(prg.binaries[0])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
