@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -121,6 +120,8 @@ def row(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.models import cpu_name
+
     ap = argparse.ArgumentParser(prog="python bench/compile_time.py", description=__doc__.split("\n")[0])
     ap.add_argument("--zoo", type=Path, required=True, help="folder of the exported .onnx files")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         measured.append(m)
         print(json.dumps(row(m)), flush=True)
     if args.json:
-        doc = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+        doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()} ({os.cpu_count()} cores)",
                "description": args.hw, "command": "python bench/compile_time.py --zoo DIR --json FILE",
                "target": f"{args.hw} (PoCL on this CPU); onnxruntime's session creation in the same process"
                          + ("; IREE's import and llvm-cpu compile of the same file" if args.iree else ""),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import statistics
 import sys
 import time
@@ -62,13 +62,14 @@ def measure(name: str, rounds: int) -> dict[str, Any]:
                 once.append(time.perf_counter() - t)
             out.append(statistics.median(once))
     return {"model": name, "opset": opset, "kernels": len(m.by_key), "launches": len(m.kernels),
-            "compile_s": round(compile_s, 1), "max_abs_error": max(check["max_abs_error"].values()),
+            "compile_s": round(compile_s, 1), "max_abs_error": f"{max(check['max_abs_error'].values()):.2g}",
             "check": "ok" if check["ok"] else "MISMATCH", "roller_ms": round(statistics.median(ours) * 1e3, 2),
             "onnxruntime_ms": round(statistics.median(theirs) * 1e3, 2),
             "ratio": round(statistics.median(ours) / statistics.median(theirs), 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.models import cpu_name
     from tests.support import light_zoo
 
     ap = argparse.ArgumentParser(prog="python bench/light_zoo.py", description=__doc__.split("\n")[0])
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(measure(name, args.rounds))
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
-        doc = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+        doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()} ({os.cpu_count()} cores)",
                "description": "pocl-cpu", "command": "python bench/light_zoo.py --json FILE",
                "target": "pocl-cpu (PoCL on this CPU) against onnxruntime in the same process, alternating",
                "rows": rows}
