@@ -218,10 +218,6 @@ class GenericKernel(BuildFolder):
     def _growth(self, tensor: str) -> tuple[int, int]:
         """(dimension, factor) in which ``tensor`` as written grows with the generic symbol."""
         assert self.kernels is not None
-        missing = [i for i in range(len(self.artifacts)) if i not in self._runners]
-        if missing:   # in one batch: the backend compiles many kernels faster than one by one
-            self._runners.update(zip(missing, self.backend.compile_many([self.artifacts[i] for i in missing],
-                                                                        self.hw)))
         sym = self.kernels.axis.symbol
         return next((d, f) for d, (s, f) in self.op.growth()[tensor].items() if s == sym)
 

@@ -200,6 +200,8 @@ def build(program: Sequence[Entry], options: Sequence[str], ctx: Any, dev: Any, 
     return [(prg, name) for _, name in program]
 
 
+#: seconds a child's compile may take before this process builds its part itself (DenseNet-121's half: 20 s)
+CHILD_TIMEOUT_S = 600
 #: what a child process runs: pyopencl alone (importing Roller took most of a child's second), the device
 #: named by platform name and version and its index there; PoCL's settings come with the environment
 CHILD = """
@@ -224,8 +226,9 @@ def _child_build(source: str, options: Sequence[str], dev: Any) -> bytes | None:
         src.write_text(source, encoding="utf-8")
         try:
             done = subprocess.run([sys.executable, "-c", CHILD, dev.platform.name, dev.platform.version, str(index),
-                                   str(src), str(out), *options], capture_output=True, check=False)
-        except OSError:
+                                   str(src), str(out), *options], capture_output=True, check=False,
+                                  timeout=CHILD_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
             return None
         if done.returncode != 0 or not out.is_file():
             return None
