@@ -279,3 +279,36 @@ def _repro(cmd: list[str], cwd: Path | None = None) -> str:
 def _key(unit: Unit, flags: list[str]) -> str:
     return cache.result_key(json.dumps([version(), flags, compile_target(unit.hw)]),
                             *(part for art in unit.arts for part in (art.kernel_name, art.source)))
+
+
+#: hipcc runs that built a code object in this process (``code_object``; a cached one counts none)
+CODE_OBJECT_BUILDS = {"count": 0}
+
+
+def code_object(art: Artifact, hw: HardwareDesc, arch: str, folder: Path) -> bytes:
+    """``art`` compiled for ``arch`` (``--genco``: the code object ``hipModuleLoadData`` takes), from Roller's
+    checksummed cache where an earlier build kept it, else by hipcc and then kept; CompileError with the log and
+    a repro where hipcc fails."""
+    flags = ["--genco", "-O3", *arch_flags(hw, arch)]
+    key = cache.result_key("hip-code-object", version(), arch, " ".join(flags), art.kernel_name, art.source)
+    doc = cache.load_result("hip-code-object", key)
+    digest = doc.get("sha256") if isinstance(doc, dict) else None
+    stored = cache.load_blob("hip-code-object", key, digest) if isinstance(digest, str) else None
+    if stored is not None:
+        return stored
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / art.main_file
+    src.write_text(art.source, encoding="utf-8")
+    co = folder / f"{art.kernel_name}-{arch}.co"
+    cmd = [find(), *flags, str(src), "-o", str(co)]
+    try:
+        proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, check=False, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"hipcc took over 10 minutes on {art.kernel_name} ({arch})\nrepro: {_repro(cmd)}") from None
+    if proc.returncode != 0:
+        raise CompileError(f"hipcc failed for {art.kernel_name} ({arch})\n{proc.stderr.strip()[-4000:]}\n"
+                           f"kernel: {src}\nrepro: {_repro(cmd)}")
+    CODE_OBJECT_BUILDS["count"] += 1
+    data = co.read_bytes()
+    cache.store_result("hip-code-object", key, {"sha256": cache.store_blob("hip-code-object", key, data)})
+    return data

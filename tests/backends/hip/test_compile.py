@@ -140,3 +140,21 @@ def test_mfma_programs_are_aligned_to_the_instruction() -> None:
             assert m.wave_m % m.im == 0 and m.wave_n % m.in_ == 0 and m.block_k % m.ik == 0
             assert p.block == m.wave * (p.block_tile.shape[0] // m.wave_m) * (p.block_tile.shape[1] // m.wave_n)
             assert m.builtin in art.source and art.launch["matrix_instruction"] == m.instruction.name
+
+
+def test_a_runner_code_object_is_compiled_once_and_kept(tmp_path: Path, private_cache: Path) -> None:
+    """What the HIP runner loads (``hipcc --genco``) comes from Roller's cache the second time, even into
+    another folder: a warm build on an AMD GPU runs no hipcc. A damaged stored object is compiled again."""
+    op = SUITES["scaled"][0]
+    hw = H.load("mi100")
+    art = BACKEND.render(construct(op, hw, top_k=1)[0], hw)
+    before = hipcc.CODE_OBJECT_BUILDS["count"]
+    first = hipcc.code_object(art, hw, "gfx908", tmp_path / "a")
+    code = (b"\x7fELF", b"__CLANG_OFFLOAD_BUNDLE__")   # an ELF code object, or clang's bundle of one
+    assert first.startswith(code) and hipcc.CODE_OBJECT_BUILDS["count"] == before + 1
+    assert hipcc.code_object(art, hw, "gfx908", tmp_path / "b") == first
+    assert hipcc.CODE_OBJECT_BUILDS["count"] == before + 1 and not (tmp_path / "b").exists()
+    (blob,) = (private_cache / "results" / "hip-code-object").rglob("*.bin")
+    blob.write_bytes(blob.read_bytes()[:-8])
+    assert hipcc.code_object(art, hw, "gfx908", tmp_path / "c") == first
+    assert hipcc.CODE_OBJECT_BUILDS["count"] == before + 2
