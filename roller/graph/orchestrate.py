@@ -124,20 +124,21 @@ def candidates(g: Graph, seconds: Callable[[TensorExpr], float], max_group: int 
     found: dict[frozenset[int], Candidate] = {}
     for i, n in enumerate(ops):
         found[frozenset([i])] = Candidate(frozenset([i]), n, seconds(n.expr))
-    stack = [(list(g.nodes), frozenset([i]), n) for i, n in enumerate(ops)]
+    # The graphs here are only read once made: each keeps its maps, derived from the graph it grew from.
+    base = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, list(g.nodes)).fixed()
+    stack = [(base, frozenset([i]), n) for i, n in enumerate(ops)]
     while stack and len(found) < MAX_CANDIDATES:
-        nodes, members, cur = stack.pop()
+        h, members, cur = stack.pop()
         if len(members) >= max_group:
             continue
-        h = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, nodes).fixed()   # only read
         for other, merged in _merges(h, cur, rows):
             grown = members | {pos[id(other)]}
             if grown in found:
                 continue
             found[grown] = Candidate(grown, merged, seconds(merged.expr))
-            after = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, list(nodes))
+            after = Graph(g.name, g.inputs, g.outputs, g.values, g.constants, list(h.nodes))
             _replace(after, [cur, other], merged)
-            stack.append((after.nodes, grown, merged))
+            stack.append((after.replaced_from(h, [cur, other], merged), grown, merged))
     return list(found.values())
 
 
