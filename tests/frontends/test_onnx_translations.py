@@ -188,7 +188,7 @@ REFUSED = [
     ("Pad", {"x": (F, [3, 4])}, {"pads": np.array([1, 1, 1, 1], np.int64)}, {"mode": "reflect"},
      r"mode='reflect' is not supported \(constant\)"),
     ("Resize", {"x": (F, [1, 1, 2, 2])}, {"roi": np.array([], np.float32), "scales": np.array([1, 1, 2, 2], np.float32)},
-     {"mode": "linear"}, r"mode='linear' is not supported \(nearest\)"),
+     {"mode": "area"}, r"mode='area' is not supported \(nearest, linear, cubic\)"),
     ("Pow", {"x": (F, [3])}, {"e": np.array([1, 2, 3], np.float32)}, {},
      r"an exponent of 3 elements is not supported"),
     ("Pow", {"x": (F, [3])}, {"e": np.array(17, np.float32)}, {}, r"the integer exponent 17 is not supported"),

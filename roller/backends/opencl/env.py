@@ -18,6 +18,9 @@ A value already in the environment wins: set either variable yourself to compare
 from __future__ import annotations
 
 import os
+from typing import Any
+
+from roller.errors import ToolchainError
 
 POCL_DEFAULTS = {"POCL_WORK_GROUP_METHOD": "loops", "POCL_WORK_GROUP_SPECIALIZATION": "0"}
 
@@ -27,3 +30,14 @@ def apply_pocl_defaults() -> None:
     OpenCL platform query of the process starts it, so call this before that."""
     for key, value in POCL_DEFAULTS.items():
         os.environ.setdefault(key, value)
+
+
+def import_opencl() -> Any:
+    """pyopencl, after roller's PoCL defaults are set; ToolchainError naming the install where it is missing."""
+    apply_pocl_defaults()
+    try:
+        import pyopencl as cl
+    except ImportError:
+        raise ToolchainError("pyopencl is not installed: pip install 'roller[opencl]' "
+                             "(and apt-get install pocl-opencl-icd for a CPU device)") from None
+    return cl

@@ -7,12 +7,9 @@ does not depend on ICD enumeration order), else the first platform.
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
-import shlex
 import statistics
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,9 +20,9 @@ import numpy as np
 from roller.backends import Artifact
 from roller.backends.c_family.launch import padded_inputs
 from roller.backends.opencl import programs
-from roller.backends.opencl.env import apply_pocl_defaults
+from roller.backends.opencl.env import import_opencl
 from roller.dtypes import dtype
-from roller.errors import CompileError, InputError, ToolchainError
+from roller.errors import InputError, ToolchainError
 from roller.runtime.device import Device, Runner
 from roller.settings import settings
 
@@ -35,16 +32,6 @@ _CTX: dict[str, Any] = {}
 # kernel launched on the other context's queue was not ordered with the executor's copies: the first run of a
 # new process read outputs before they were written (a wrong answer that nothing reported).
 _CTX_LOCK = threading.Lock()
-
-
-def import_opencl() -> Any:
-    apply_pocl_defaults()
-    try:
-        import pyopencl as cl
-    except ImportError:
-        raise ToolchainError("pyopencl is not installed: pip install 'roller[opencl]' "
-                             "(and apt-get install pocl-opencl-icd for a CPU device)") from None
-    return cl
 
 
 def pick_device(spec: str | None = None) -> Any:
@@ -138,13 +125,14 @@ def compile_many(arts: Sequence[Artifact], workdir: Path | None = None, use_cach
     for all the kernels no stored program holds (``programs.py``: why one, and what is kept)."""
     ctx, _, dev = context()
     options = build_options()
-    keys = [programs.kernel_key(a, options) for a in arts]
-    found = programs.load_cached(arts, options, ctx, dev) if use_cache else {}
+    on = programs.Device(ctx, dev, tuple(options), programs.environment(options, device_version()))
+    keys = [programs.kernel_key(a, on) for a in arts]
+    found = programs.load_cached(arts, on) if use_cache else {}
     todo: dict[str, Artifact] = {}
     for art, key in zip(arts, keys):
         if key not in found:
             todo.setdefault(key, art)
-    found.update(programs.build_all(list(todo.values()), options, ctx, dev, workdir, use_cache, jobs))
+    found.update(programs.build_all(list(todo.values()), on, workdir, use_cache, jobs))
     return [CLRunner(art, workdir, program=found[key][0], entry=found[key][1]) for art, key in zip(arts, keys)]
 
 
@@ -167,13 +155,7 @@ class CLRunner(Runner):
             try:
                 self.program = cl.Program(self.ctx, src).build(options=self.options)
             except cl.RuntimeError as err:
-                path = _keep_source(art, workdir)
-                log = str(err).strip()
-                script = (f"import pyopencl as cl; ctx=cl.create_some_context(False); "
-                          f"cl.Program(ctx, open({str(path)!r}).read()).build()")
-                repro = shlex.join(["python", "-c", script])  # quoted for any path a shell might mangle
-                raise CompileError(f"OpenCL build of {art.kernel_name} failed\n{log}\nkernel: {path}\n"
-                                   f"repro: {repro}") from None
+                raise programs.build_error(art, workdir, err) from None
             programs.count(source_builds=1, kernels_compiled=1)
         # By name, not as an attribute: a kernel named like a Program attribute ('build', 'get_info') would
         # otherwise be that attribute.
@@ -374,29 +356,3 @@ class CLDevice(Device):
 
     def finish(self) -> None:
         self.queue.finish()
-
-
-def _keep_source(art: Artifact, workdir: Path | None) -> Path:
-    """Where a kernel that failed to compile is kept for the repro command: in ``workdir`` when given, else as
-    one file per distinct source in the kernel cache's ``failed/`` folder (``roller cache clear`` empties it),
-    so that failures leave no temporary folder behind and the same failure twice keeps one file."""
-    if workdir is not None:
-        folder = Path(workdir)
-        path = folder / art.main_file
-    else:
-        from roller.cache import cache_dir
-
-        digest = hashlib.sha256(art.source.encode()).hexdigest()[:12]
-        folder = cache_dir() / "failed"
-        path = folder / f"{art.kernel_name}-{digest}.{art.main_file.rsplit('.', 1)[-1]}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(art.source)
-    except OSError:  # an unwritable cache: the shared temporary folder, still one file per source
-        folder = Path(tempfile.gettempdir()) / "roller-failed-kernels"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / path.name
-        path.write_text(art.source)
-    return path
-
-

@@ -18,19 +18,23 @@ from its binary then launches without compiling anything, even with PoCL's own c
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from roller import cache
 from roller.backends import Artifact
-from roller.backends.opencl.env import POCL_DEFAULTS
+from roller.backends.opencl.env import POCL_DEFAULTS, import_opencl
+from roller.errors import CompileError
 
 #: bump when what a stored program holds, or how it is keyed, changes
 FORMAT = "1"
@@ -46,17 +50,59 @@ def count(**more: int) -> None:
             COUNTS[k] += v
 
 
-def _environment(options: Sequence[str]) -> str:
-    """What a compiled program depends on besides its source: the device and its driver, the build options,
-    and the PoCL settings that change the code it generates."""
-    from roller.backends.opencl.launcher import device_version
+@dataclass(frozen=True)
+class Device:
+    """Where programs are built: the context and device (pyopencl's), the build options, and ``environment``,
+    what a compiled program depends on besides its source (``environment()``)."""
 
+    ctx: Any
+    dev: Any
+    options: tuple[str, ...]
+    environment: str
+
+
+def environment(options: Sequence[str], device: str) -> str:
+    """``device`` (its platform, version, name and driver), the build options, and the PoCL settings that
+    change the code it generates."""
     env = " ".join(f"{k}={os.environ.get(k, '')}" for k in sorted({*POCL_DEFAULTS, "POCL_EXTRA_BUILD_FLAGS"}))
-    return f"{device_version()} | {' '.join(options)} | {env}"
+    return f"{device} | {' '.join(options)} | {env}"
 
 
-def kernel_key(art: Artifact, options: Sequence[str]) -> str:
-    return cache.result_key("opencl-kernel", FORMAT, _environment(options), art.kernel_name, art.source)
+def kernel_key(art: Artifact, on: Device) -> str:
+    return cache.result_key("opencl-kernel", FORMAT, on.environment, art.kernel_name, art.source)
+
+
+def build_error(art: Artifact, workdir: Path | None, err: Exception) -> CompileError:
+    """The error of a kernel that failed to compile: the compiler's log, where its source is kept, and a
+    command that repeats the failure."""
+    path = _keep_source(art, workdir)
+    script = (f"import pyopencl as cl; ctx=cl.create_some_context(False); "
+              f"cl.Program(ctx, open({str(path)!r}).read()).build()")
+    repro = shlex.join(["python", "-c", script])  # quoted for any path a shell might mangle
+    return CompileError(f"OpenCL build of {art.kernel_name} failed\n{str(err).strip()}\nkernel: {path}\n"
+                        f"repro: {repro}")
+
+
+def _keep_source(art: Artifact, workdir: Path | None) -> Path:
+    """Where a kernel that failed to compile is kept for the repro command: in ``workdir`` when given, else as
+    one file per distinct source in the kernel cache's ``failed/`` folder (``roller cache clear`` empties it),
+    so that failures leave no temporary folder behind and the same failure twice keeps one file."""
+    if workdir is not None:
+        folder = Path(workdir)
+        path = folder / art.main_file
+    else:
+        digest = hashlib.sha256(art.source.encode()).hexdigest()[:12]
+        folder = cache.cache_dir() / "failed"
+        path = folder / f"{art.kernel_name}-{digest}.{art.main_file.rsplit('.', 1)[-1]}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(art.source)
+    except OSError:  # an unwritable cache: the shared temporary folder, still one file per source
+        folder = Path(tempfile.gettempdir()) / "roller-failed-kernels"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / path.name
+        path.write_text(art.source)
+    return path
 
 
 #: an entry of a program: the artifact and the name its kernel has there
@@ -95,17 +141,14 @@ def program_source(program: Sequence[Entry]) -> str:
     return "\n".join(parts)
 
 
-def load_cached(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev: Any
-                ) -> dict[str, tuple[Any, str]]:
+def load_cached(arts: Sequence[Artifact], on: Device) -> dict[str, tuple[Any, str]]:
     """kernel key -> (the program, loaded from its stored binary, that holds the kernel; its name there), for
     each artifact whose program the cache has; each stored program loaded once."""
-    from roller.backends.opencl.launcher import import_opencl
-
     cl = import_opencl()
     loaded: dict[str, Any] = {}
     out: dict[str, tuple[Any, str]] = {}
     for art in arts:
-        key = kernel_key(art, options)
+        key = kernel_key(art, on)
         index = cache.load_result("opencl-kernel", key)
         pkey = index.get("program") if isinstance(index, dict) else None
         entry = index.get("entry") if isinstance(index, dict) else None
@@ -118,7 +161,7 @@ def load_cached(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev:
             binary = cache.load_blob("opencl-program", pkey, digest) if isinstance(digest, str) else None
             if binary is not None:
                 try:
-                    loaded[pkey] = cl.Program(ctx, [dev], [binary]).build(options=list(options))
+                    loaded[pkey] = cl.Program(on.ctx, [on.dev], [binary]).build(options=list(on.options))
                     count(binary_loads=1)
                 except (cl.Error, ValueError):   # a binary this driver no longer takes: built again
                     loaded[pkey] = None
@@ -145,8 +188,8 @@ def split(program: Sequence[Entry], parts: int) -> list[list[Entry]]:
 MIN_PER_PROCESS = 4
 
 
-def build_all(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev: Any, workdir: Path | None,
-              use_cache: bool, jobs: int | None = None) -> dict[str, tuple[Any, str]]:
+def build_all(arts: Sequence[Artifact], on: Device, workdir: Path | None, use_cache: bool,
+              jobs: int | None = None) -> dict[str, tuple[Any, str]]:
     """kernel key -> (program, the kernel's name there), for ``arts`` (distinct kernels), built from source:
     split over ``jobs`` processes where there are enough kernels for that to pay (PoCL compiles one kernel at a
     time in a process: this one builds the first part while child processes build the others and hand back
@@ -154,49 +197,45 @@ def build_all(arts: Sequence[Artifact], options: Sequence[str], ctx: Any, dev: A
     jobs = max(1, jobs or os.cpu_count() or 1)
     parts = split(entries(arts), min(jobs, len(arts) // MIN_PER_PROCESS))
     with ThreadPoolExecutor(max_workers=len(parts) or 1) as pool:
-        futures = [pool.submit(build, part, options, ctx, dev, workdir, use_cache, i > 0)
-                   for i, part in enumerate(parts)]
+        futures = [pool.submit(build, part, on, workdir, use_cache, i > 0) for i, part in enumerate(parts)]
         built = [f.result() for f in futures]
-    return {kernel_key(art, options): found[i] for part, found in zip(parts, built) for i, (art, _) in enumerate(part)}
+    return {kernel_key(art, on): found[i] for part, found in zip(parts, built) for i, (art, _) in enumerate(part)}
 
 
-def build(program: Sequence[Entry], options: Sequence[str], ctx: Any, dev: Any, workdir: Path | None,
-          use_cache: bool, in_child: bool = False) -> list[tuple[Any, str]]:
+def build(program: Sequence[Entry], on: Device, workdir: Path | None, use_cache: bool, in_child: bool = False
+          ) -> list[tuple[Any, str]]:
     """(program, name) of each entry: one program built from source (``in_child``: by a child process, whose
     binary is loaded here), every kernel's work-group function compiled, and stored in the cache with an index
-    entry per kernel. Where the whole fails to build, each kernel is built alone: the one that fails raises
-    ``CLRunner``'s message and repro; if none does, they run from their own programs."""
-    from roller.backends.opencl.launcher import CLRunner, import_opencl
-
+    entry per kernel. Where the whole fails to build, each kernel is built alone: the one that fails raises its
+    CompileError (``build_error``); if none does, they run from their own programs."""
     cl = import_opencl()
     source = program_source(program)
-    binary = _child_build(source, options, dev) if in_child else None
+    binary = _child_build(source, on) if in_child else None
     prg = None
     if binary is not None:
         try:
-            prg = cl.Program(ctx, [dev], [binary]).build(options=list(options))
+            prg = cl.Program(on.ctx, [on.dev], [binary]).build(options=list(on.options))
         except (cl.Error, ValueError):   # another device's binary: built here instead
             prg = None
     if prg is None or binary is None:
         try:
-            prg = cl.Program(ctx, source).build(options=list(options))
-        except cl.RuntimeError:
+            prg = cl.Program(on.ctx, source).build(options=list(on.options))
+        except cl.RuntimeError as err:
             if len(program) == 1 and program[0][1] == program[0][0].kernel_name:
-                CLRunner(program[0][0], workdir)   # raises the kernel's CompileError with its repro
-                raise
-            return [found for art, _ in program for found in build([(art, art.kernel_name)], options, ctx, dev,
-                                                                   workdir, use_cache)]
+                raise build_error(program[0][0], workdir, err) from None
+            return [found for art, _ in program
+                    for found in build([(art, art.kernel_name)], on, workdir, use_cache)]
         # The binary: PoCL compiles each kernel's work-group function to make it (what the first launch would
         # otherwise compile, one kernel at a time).
         binary = bytes(prg.binaries[0])
     count(source_builds=1, kernels_compiled=len(program))
     if use_cache and cache.enabled():
-        pkey = cache.result_key("opencl-program", FORMAT, _environment(options), source)
+        pkey = cache.result_key("opencl-program", FORMAT, on.environment, source)
         digest = cache.store_blob("opencl-program", pkey, binary)
         cache.store_result("opencl-program", pkey, {"kernels": [name for _, name in program],
                                                     "binary_sha256": digest})
         for art, name in program:
-            cache.store_result("opencl-kernel", kernel_key(art, options), {"program": pkey, "entry": name})
+            cache.store_result("opencl-kernel", kernel_key(art, on), {"program": pkey, "entry": name})
     return [(prg, name) for _, name in program]
 
 
@@ -217,16 +256,17 @@ with open(binary, "wb") as f:
 """
 
 
-def _child_build(source: str, options: Sequence[str], dev: Any) -> bytes | None:
-    """The program's binary, built by a child process on ``dev``; None where that fails (the caller then
-    builds it here, and reports a compile error there)."""
+def _child_build(source: str, on: Device) -> bytes | None:
+    """The program's binary, built by a child process on ``on``'s device; None where that fails (the caller
+    then builds it here, and reports a compile error there)."""
+    dev = on.dev
     index = dev.platform.get_devices().index(dev)
     with tempfile.TemporaryDirectory(prefix="roller-cl-") as tmp:
         src, out = Path(tmp) / "program.cl", Path(tmp) / "program.bin"
         src.write_text(source, encoding="utf-8")
         try:
             done = subprocess.run([sys.executable, "-c", CHILD, dev.platform.name, dev.platform.version, str(index),
-                                   str(src), str(out), *options], capture_output=True, check=False,
+                                   str(src), str(out), *on.options], capture_output=True, check=False,
                                   timeout=CHILD_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
             return None
