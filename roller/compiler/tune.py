@@ -1,7 +1,8 @@
-"""Top-K on the device: compile the candidates in parallel, time each, check the fastest, keep it.
+"""Top-K on the device: compile the candidates in one batch, time each, check the fastest, keep it.
 
 ``evaluate(op, programs, hw, backend)`` renders every candidate, compiles them in one batch
-(``Backend.compile_many``: one OpenCL program for all, where ten took ten of PoCL's 0.55 s fixed costs), times them one after another on the local device
+(``Backend.compile_many``: one OpenCL program for all, where ten programs paid PoCL's 0.55 s fixed cost ten
+times), times them one after another on the local device
 (``Runner.time``: median of ``repeat`` runs after ``warmup``), checks the fastest against
 ``roller.reference`` and returns an ``Evaluation`` whose ``to_json()`` is what ``eval.json`` holds: predicted
 and measured time per candidate. A progress bar goes to stderr only when stderr is a terminal.
