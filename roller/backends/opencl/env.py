@@ -10,8 +10,9 @@ PoCL also compiles, by default, a work-group function specialised to each launch
 launch, besides the generic one a program's binary holds (``clGetProgramInfo(CL_PROGRAM_BINARIES)`` compiles
 that one): every kernel compiled twice, and a program loaded from Roller's cache compiled again at its first
 launch. Without specialisation the generic function runs every launch: ResNet-18, MobileNetV2 and a BERT-base
-layer ran within the noise of the specialised ones (1.25 vs 1.26x, 2.32-2.34 vs 2.50-2.57x, 1.29 vs 1.30x
-onnxruntime's latency, alternate processes, 7 rounds each), and a cached program's first launch compiles nothing.
+layer ran as fast as with the specialised ones (two processes of each, alternating, 7 rounds each, in
+onnxruntime's latency: 1.25-1.26x against 1.26-1.36x, 2.32-2.34x against 2.50-2.57x, 1.29-1.56x against
+1.30x, the 1.56 one run's outlier), and a cached program's first launch compiles nothing.
 
 A value already in the environment wins: set either variable yourself to compare.
 """
