@@ -187,22 +187,21 @@ class DynamicModel(TargetBound):
         if self.generic is None:
             return dict(self.model_at(**self.bind(inputs)).check(inputs))
         got = self.run(inputs)
+        graph = self.generic.family.at(self.bind(inputs)[self.symbols[0]])   # the model at the inputs' sizes
         try:
             import onnxruntime as ort
         except ImportError:
             from roller.graph.reference import evaluate
 
-            v = self.bind(inputs)[self.symbols[0]]
-            ref, by = evaluate(self.generic.family.at(v), dict(inputs)), "roller.reference, operator by operator"
+            ref, by = evaluate(graph, dict(inputs)), "roller.reference, operator by operator"
         else:
             options = ort.SessionOptions()
             options.log_severity_level = 3
             sess = ort.InferenceSession(self.source.SerializeToString(), options, providers=["CPUExecutionProvider"])
             ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(inputs))))
             by = f"onnxruntime {ort.__version__}"
-        family = self.generic.family.at(self.bind(inputs)[self.symbols[0]])
         return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by,
-                               model_tolerances(v.dtype for v in family.values.values()))
+                               model_tolerances(v.dtype for v in graph.values.values()))
 
     def benchmark(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> float:
         """Median seconds of one run's device work at the inputs' sizes."""

@@ -125,7 +125,7 @@ def compile_many(arts: Sequence[Artifact], workdir: Path | None = None, use_cach
     for all the kernels no stored program holds (``programs.py``: why one, and what is kept)."""
     ctx, _, dev = context()
     options = build_options()
-    on = programs.Device(ctx, dev, tuple(options), programs.environment(options, device_version()))
+    on = programs.BuildSite(ctx, dev, tuple(options), programs.environment(options, device_version()))
     keys = [programs.kernel_key(a, on) for a in arts]
     found = programs.load_cached(arts, on) if use_cache else {}
     todo: dict[str, Artifact] = {}

@@ -51,7 +51,7 @@ def count(**more: int) -> None:
 
 
 @dataclass(frozen=True)
-class Device:
+class BuildSite:
     """Where programs are built: the context and device (pyopencl's), the build options, and ``environment``,
     what a compiled program depends on besides its source (``environment()``)."""
 
@@ -68,7 +68,7 @@ def environment(options: Sequence[str], device: str) -> str:
     return f"{device} | {' '.join(options)} | {env}"
 
 
-def kernel_key(art: Artifact, on: Device) -> str:
+def kernel_key(art: Artifact, on: BuildSite) -> str:
     return cache.result_key("opencl-kernel", FORMAT, on.environment, art.kernel_name, art.source)
 
 
@@ -141,7 +141,7 @@ def program_source(program: Sequence[Entry]) -> str:
     return "\n".join(parts)
 
 
-def load_cached(arts: Sequence[Artifact], on: Device) -> dict[str, tuple[Any, str]]:
+def load_cached(arts: Sequence[Artifact], on: BuildSite) -> dict[str, tuple[Any, str]]:
     """kernel key -> (the program, loaded from its stored binary, that holds the kernel; its name there), for
     each artifact whose program the cache has; each stored program loaded once."""
     cl = import_opencl()
@@ -188,7 +188,7 @@ def split(program: Sequence[Entry], parts: int) -> list[list[Entry]]:
 MIN_PER_PROCESS = 4
 
 
-def build_all(arts: Sequence[Artifact], on: Device, workdir: Path | None, use_cache: bool,
+def build_all(arts: Sequence[Artifact], on: BuildSite, workdir: Path | None, use_cache: bool,
               jobs: int | None = None) -> dict[str, tuple[Any, str]]:
     """kernel key -> (program, the kernel's name there), for ``arts`` (distinct kernels), built from source:
     split over ``jobs`` processes where there are enough kernels for that to pay (PoCL compiles one kernel at a
@@ -202,7 +202,7 @@ def build_all(arts: Sequence[Artifact], on: Device, workdir: Path | None, use_ca
     return {kernel_key(art, on): found[i] for part, found in zip(parts, built) for i, (art, _) in enumerate(part)}
 
 
-def build(program: Sequence[Entry], on: Device, workdir: Path | None, use_cache: bool, in_child: bool = False
+def build(program: Sequence[Entry], on: BuildSite, workdir: Path | None, use_cache: bool, in_child: bool = False
           ) -> list[tuple[Any, str]]:
     """(program, name) of each entry: one program built from source (``in_child``: by a child process, whose
     binary is loaded here), every kernel's work-group function compiled, and stored in the cache with an index
@@ -256,7 +256,7 @@ with open(binary, "wb") as f:
 """
 
 
-def _child_build(source: str, on: Device) -> bytes | None:
+def _child_build(source: str, on: BuildSite) -> bytes | None:
     """The program's binary, built by a child process on ``on``'s device; None where that fails (the caller
     then builds it here, and reports a compile error there)."""
     dev = on.dev

@@ -132,6 +132,11 @@ class Context:
                 return onnx.helper.get_attribute_value(a)
         return default
 
+    def text(self, node: onnx.NodeProto, name: str, default: str) -> str:
+        """A string attribute (ONNX stores them as bytes), ``default`` where the node has none."""
+        v = self.attr(node, name, default)
+        return v.decode() if isinstance(v, bytes) else str(v)
+
     def ints(self, node: onnx.NodeProto, name: str, default: Sequence[int] | None = None) -> list[int]:
         v = self.attr(node, name, default)
         return [int(x) for x in v] if v is not None else []

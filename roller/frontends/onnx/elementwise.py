@@ -208,8 +208,7 @@ def hard_sigmoid(ctx: Context, node: onnx.NodeProto) -> None:
 
 @translates("Gelu")
 def gelu(ctx: Context, node: onnx.NodeProto) -> None:
-    approx = ctx.attr(node, "approximate", b"none")
-    approx = approx.decode() if isinstance(approx, bytes) else str(approx)
+    approx = ctx.text(node, "approximate", "none")
     if approx == "tanh":
         k = math.sqrt(2 / math.pi)
         body = lambda x: (f"0.5 * ({x[0]}) * (1.0 + tanh({fmt(k)} * (({x[0]}) + "

@@ -50,8 +50,7 @@ def nll(ctx: Context, node: onnx.NodeProto, x: str, out: str) -> None:
     target = ctx.const_input(node, 1, "target").astype(np.int64)
     if list(target.shape) != [shape[0], *shape[2:]]:
         raise ctx.error(node, f"target {list(target.shape)} does not fit scores {shape}")
-    reduction = ctx.attr(node, "reduction", b"mean")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+    reduction = ctx.text(node, "reduction", "mean")
     if reduction not in REDUCTIONS:
         raise ctx.error(node, f"reduction={reduction!r} is not supported ({', '.join(REDUCTIONS)})")
     ignore = ctx.attr(node, "ignore_index", None)

@@ -22,8 +22,7 @@ def window(ctx: Context, node: onnx.NodeProto, spatial: list[int], kernel: list[
     strides = ctx.ints(node, "strides") or [1] * n
     dil = ctx.ints(node, "dilations") or [1] * n
     pads = ctx.ints(node, "pads") or [0] * (2 * n)
-    auto = ctx.attr(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    auto = ctx.text(node, "auto_pad", "NOTSET")
     if len(strides) != n or len(dil) != n or len(pads) != 2 * n:
         raise ctx.error(node, f"strides, dilations and pads must have {n}, {n} and {2 * n} entries for a "
                               f"{n}-d window")
@@ -379,8 +378,7 @@ def conv_transpose(ctx: Context, node: onnx.NodeProto) -> None:
     dil = ctx.ints(node, "dilations") or [1] * nsp
     out_pad = ctx.ints(node, "output_padding") or [0] * nsp
     out_shape = ctx.ints(node, "output_shape")
-    auto = ctx.attr(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    auto = ctx.text(node, "auto_pad", "NOTSET")
     if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         raise ctx.error(node, f"auto_pad={auto!r} is not supported (NOTSET, SAME_UPPER, SAME_LOWER, VALID)")
     if any(len(v) != nsp for v in (strides, dil, out_pad)) or (out_shape and len(out_shape) != nsp):

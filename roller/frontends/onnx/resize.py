@@ -28,11 +28,6 @@ MAX_ROWS = 4096
 MAX_TAPS = 32
 
 
-def _text(ctx: Context, node: onnx.NodeProto, name: str, default: str) -> str:
-    value = ctx.attr(node, name, default.encode())
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def interpolate(ctx: Context, node: onnx.NodeProto, mode: str) -> None:
     """``node`` (a Resize in ``mode`` linear or cubic) as one weighted-rows operator per axis that changes."""
     x = ctx.device_value(node, 0)
@@ -41,7 +36,7 @@ def interpolate(ctx: Context, node: onnx.NodeProto, mode: str) -> None:
     rank = len(x.shape)
     scales, sizes = _per_axis(ctx, node, list(x.shape))
     roi = _roi(ctx, node, rank)
-    transform = _text(ctx, node, "coordinate_transformation_mode", "half_pixel")
+    transform = ctx.text(node, "coordinate_transformation_mode", "half_pixel")
     extrapolation = float(ctx.attr(node, "extrapolation_value", 0.0))
     cur, cur_shape = x.name, list(x.shape)
     changed = [d for d in range(rank) if not (np.isclose(scales[d], 1.0) and sizes[d] == x.shape[d]
@@ -67,13 +62,10 @@ def _per_axis(ctx: Context, node: onnx.NodeProto, shape: list[int]) -> tuple[lis
     """Each axis's scale factor and output rows, as the reference resolves scales or sizes, ``axes`` and
     ``keep_aspect_ratio_policy``."""
     rank = len(shape)
-    given_axes = ctx.ints(node, "axes", list(range(rank)))
-    chosen = [a + rank if a < 0 else a for a in given_axes]
-    if sorted(set(chosen)) != sorted(chosen) or any(not 0 <= a < rank for a in chosen):
-        raise ctx.error(node, f"axes {given_axes} are not distinct axes of a rank-{rank} tensor")
+    chosen = _resized_axes(ctx, node, rank)
     sizes_in = ctx.const_input(node, 3, "sizes") if ctx.has(node, 3) else None
     scales_in = ctx.const_input(node, 2, "scales") if ctx.has(node, 2) else None
-    policy = _text(ctx, node, "keep_aspect_ratio_policy", "stretch")
+    policy = ctx.text(node, "keep_aspect_ratio_policy", "stretch")
     if sizes_in is not None and sizes_in.size:
         wanted = [int(v) for v in sizes_in.reshape(-1)]
         if len(wanted) != len(chosen):
@@ -112,14 +104,22 @@ def _roi(ctx: Context, node: onnx.NodeProto, rank: int) -> list[float] | None:
     roi = [float(v) for v in ctx.const_input(node, 1, "roi").reshape(-1)]
     if not roi:
         return None
-    chosen = ctx.ints(node, "axes", list(range(rank)))
+    chosen = _resized_axes(ctx, node, rank)
     if len(roi) != 2 * len(chosen):
         raise ctx.error(node, f"roi has {len(roi)} values; {2 * len(chosen)} expected")
     full = [0.0] * rank + [1.0] * rank
     for i, a in enumerate(chosen):
-        a = a + rank if a < 0 else a
         full[a], full[rank + a] = roi[i], roi[len(chosen) + i]
     return full
+
+
+def _resized_axes(ctx: Context, node: onnx.NodeProto, rank: int) -> list[int]:
+    """The axes the scales, sizes and roi are given for (``axes``, opset 18; all by default), counted from 0."""
+    given = ctx.ints(node, "axes", list(range(rank)))
+    chosen = [a + rank if a < 0 else a for a in given]
+    if sorted(set(chosen)) != sorted(chosen) or any(not 0 <= a < rank for a in chosen):
+        raise ctx.error(node, f"axes {given} are not distinct axes of a rank-{rank} tensor")
+    return chosen
 
 
 def _coefficients(ctx: Context, node: onnx.NodeProto, mode: str, op: Any) -> Callable[[float, float], Any]:

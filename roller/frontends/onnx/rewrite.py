@@ -56,7 +56,6 @@ def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-
 def drop_unused_outputs(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     """``model`` with every optional output that nothing reads left unnamed (what an exporter writes when it
     does not want it): Dropout's mask, MaxPool's indices, BatchNormalization's statistics of training, as

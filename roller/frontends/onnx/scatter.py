@@ -25,8 +25,7 @@ def _inputs(ctx: Context, node: onnx.NodeProto) -> tuple[Value, Value, Value, st
         raise ctx.error(node, f"indices of type {ind.dtype} (int64 or int32 expected)")
     if upd.dtype != data.dtype:
         raise ctx.error(node, f"updates of type {upd.dtype} into data of type {data.dtype}")
-    reduction = ctx.attr(node, "reduction", b"none")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+    reduction = ctx.text(node, "reduction", "none")
     if reduction not in REDUCTIONS:
         raise ctx.error(node, f"reduction {reduction!r} (one of {', '.join(REDUCTIONS)} expected)")
     return data, ind, upd, reduction

@@ -359,8 +359,7 @@ def depth_space(ctx: Context, node: onnx.NodeProto) -> None:
     if len(x.shape) != 4:
         raise ctx.error(node, f"expected an input [N, C, H, W], got {list(x.shape)}")
     b = int(ctx.attr(node, "blocksize", 0))
-    mode = ctx.attr(node, "mode", b"DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = ctx.text(node, "mode", "DCR")
     if mode not in ("DCR", "CRD"):
         raise ctx.error(node, f"mode={mode!r} is not supported (DCR, CRD)")
     n, c, h, w = x.shape
@@ -407,8 +406,7 @@ def tile(ctx: Context, node: onnx.NodeProto) -> None:
 def pad(ctx: Context, node: onnx.NodeProto) -> None:
     x = ctx.device_value(node, 0)
     rank = len(x.shape)
-    mode = ctx.attr(node, "mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = ctx.text(node, "mode", "constant")
     if mode != "constant":
         raise ctx.error(node, f"mode={mode!r} is not supported (constant)")
     if ctx.opset < 11:
@@ -512,8 +510,7 @@ def resize(ctx: Context, node: onnx.NodeProto) -> None:
     consecutive rows that come from consecutive rows move in one piece. Which input row each output row takes
     (every coordinate transformation, rounding mode, aspect-ratio policy and axes list) is asked of ONNX's
     reference implementation, run at import on a tensor of row numbers, so it is ONNX's own answer."""
-    mode = ctx.attr(node, "mode", b"nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = ctx.text(node, "mode", "nearest")
     if mode in ("linear", "cubic"):
         from roller.frontends.onnx.resize import interpolate
 
@@ -525,8 +522,7 @@ def resize(ctx: Context, node: onnx.NodeProto) -> None:
     rank = len(x.shape)
     params = {i: ctx.const_input(node, i, what) for i, what in ((1, "roi"), (2, "scales"), (3, "sizes"))
               if ctx.has(node, i)}
-    transform = ctx.attr(node, "coordinate_transformation_mode", b"half_pixel")
-    transform = transform.decode() if isinstance(transform, bytes) else str(transform)
+    transform = ctx.text(node, "coordinate_transformation_mode", "half_pixel")
     if transform == "tf_half_pixel_for_nn":   # opsets 11-12 only; onnx.reference no longer knows it
         maps = _tf_half_pixel_maps(ctx, node, list(x.shape), params)
     else:
@@ -557,8 +553,7 @@ def _tf_half_pixel_maps(ctx: Context, node: onnx.NodeProto, shape: list[int],
                         params: dict[int, np.ndarray]) -> list[np.ndarray]:
     """The rows of coordinate_transformation_mode tf_half_pixel_for_nn: source (o + 0.5) / scale, rounded by
     nearest_mode and clamped to the input."""
-    mode = ctx.attr(node, "nearest_mode", b"round_prefer_floor")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = ctx.text(node, "nearest_mode", "round_prefer_floor")
     if mode not in ROUNDING:
         raise ctx.error(node, f"nearest_mode={mode!r} is not supported ({', '.join(ROUNDING)})")
     sizes = params.get(3)
