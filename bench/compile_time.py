@@ -1,6 +1,6 @@
 """Time from an ONNX file to a model's first result, split by stage, cold and warm (issue 39).
 
-    python bench/compile_time.py --zoo DIR [--models resnet18 ...] [--json FILE]
+    python bench/compile_time.py --zoo DIR [--models resnet18 ...] [--eval] [--json FILE]
 
 Each model is built in a child process twice: cold (an empty Roller kernel cache and an empty PoCL cache) and
 warm (the same caches again, full). A child reports the stages ``compile_model`` records (``Stages.seconds``:
@@ -9,6 +9,9 @@ all kernels at once; plan), the whole ``compile_model`` call, the first run (upl
 left) and a second run. onnxruntime's session creation for the same file is timed in this process (2 intra-op
 threads, all graph optimisations, median of 3). The models come from ``python -m bench.zoo --out DIR`` (and
 ``python -m bench.zoo.transformers_models --out DIR`` for ``bert``); those that are missing are skipped.
+
+``--eval`` builds with ``evaluate=True`` (candidates timed on this machine, early stopping, the layouts
+timed too).
 
 ``--iree BIN`` (a folder holding ``iree-import-onnx`` and ``iree-compile``: ``pip install
 'iree-base-compiler[onnx]'``) also times a peer compiler on the same file in the same run: IREE's ONNX import,
@@ -37,7 +40,7 @@ CHILD = """
 import json, sys, time
 t = time.perf_counter()
 import roller
-m = roller.compile_model(sys.argv[1], hw=sys.argv[2])
+m = roller.compile_model(sys.argv[1], hw=sys.argv[2], evaluate=sys.argv[3] == "eval")
 compiled = time.perf_counter() - t
 feeds = m.random_inputs(0)
 t = time.perf_counter(); m.run(feeds); first = time.perf_counter() - t
@@ -47,11 +50,11 @@ print(json.dumps({"stages": m.stages.seconds, "compile_s": compiled, "first_run_
 """
 
 
-def child(path: Path, hw: str, caches: Path) -> dict[str, Any]:
+def child(path: Path, hw: str, caches: Path, evaluate: bool) -> dict[str, Any]:
     env = dict(os.environ, ROLLER_CACHE_DIR=str(caches / "roller"), POCL_CACHE_DIR=str(caches / "pocl"))
     env.pop("ROLLER_NO_CACHE", None)
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), hw], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), hw, "eval" if evaluate else "model"], env=env, capture_output=True, text=True,
                           timeout=3600, check=False)
     wall = time.perf_counter() - t
     if done.returncode != 0:
@@ -74,14 +77,14 @@ def ort_session_s(path: Path) -> float:
     return statistics.median(times)
 
 
-def measure(path: Path, hw: str) -> dict[str, Any]:
+def measure(path: Path, hw: str, evaluate: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="roller-compile-time-") as tmp:
         caches = Path(tmp)
         (caches / "roller").mkdir(mode=0o700)
         (caches / "pocl").mkdir()
-        cold = child(path, hw, caches)
-        warm = child(path, hw, caches)
-    return {"model": path.stem, "hw": hw, "cold": cold, "warm": warm, "ort_session_s": ort_session_s(path)}
+        cold = child(path, hw, caches, evaluate)
+        warm = child(path, hw, caches, evaluate)
+    return {"model": path.stem, "hw": hw, "evaluate": evaluate, "cold": cold, "warm": warm, "ort_session_s": ort_session_s(path)}
 
 
 def iree_s(path: Path, bin_dir: Path) -> dict[str, float | str]:
@@ -129,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the results here (bench/results/compile-time-*)")
     ap.add_argument("--iree", type=Path, default=None, metavar="BIN",
                     help="folder with iree-import-onnx and iree-compile: time IREE on each model too")
+    ap.add_argument("--eval", dest="evaluate", action="store_true",
+                    help="build with evaluate=True (each kernel's candidates timed here)")
     args = ap.parse_args(argv)
     measured = []
     for name in args.models:
@@ -136,14 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             print(f"{name}: no {path}, skipped", file=sys.stderr)
             continue
-        m = measure(path, args.hw)
+        m = measure(path, args.hw, args.evaluate)
         if args.iree is not None:
             m["iree"] = iree_s(path, args.iree)
         measured.append(m)
         print(json.dumps(row(m)), flush=True)
     if args.json:
         doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()} ({os.cpu_count()} cores)",
-               "description": args.hw, "command": "python bench/compile_time.py --zoo DIR --json FILE",
+               "description": args.hw, "command": "python bench/compile_time.py --zoo DIR --json FILE" + (" --eval" if args.evaluate else ""),
+               "evaluate": args.evaluate,
                "target": f"{args.hw} (PoCL on this CPU); onnxruntime's session creation in the same process"
                          + ("; IREE's import and llvm-cpu compile of the same file" if args.iree else ""),
                "rows": [row(m) for m in measured], "measurements": measured}

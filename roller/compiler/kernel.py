@@ -223,50 +223,72 @@ def build_kernel(src: TensorExpr, target: Target, top_k: int = 10, evaluate: boo
                  use_cache: bool = True, repeat: int = 10, progress: bool | None = None) -> Kernel:
     """``src``'s kernel for ``target``: from the kernel cache, or constructed (``target.programs``), rendered
     and, with ``evaluate``, chosen by timing the top-K on this machine's device."""
+    return build_kernels([src], target, top_k, evaluate, use_cache, repeat, progress)[0]
+
+
+def build_kernels(srcs: Sequence[TensorExpr], target: Target, top_k: int = 10, evaluate: bool = False,
+                  use_cache: bool = True, repeat: int = 10, progress: bool | None = None) -> list[Kernel]:
+    """``build_kernel`` of each of ``srcs``; those not in the cache evaluated together where ``evaluate``
+    (``roller.compiler.tune.evaluate_many``: one batch of compiles per round for all of them)."""
     hwd, be = target.hw, target.backend
-    if src.typed and not be.typed_bodies:
-        raise InputError(f"{src.name}: the {be.name} backend does not render integer and bool element types yet "
-                         f"(the op computes in {src.acc_dtype}); roller.reference evaluates it")
+    for src in srcs:
+        if src.typed and not be.typed_bodies:
+            raise InputError(f"{src.name}: the {be.name} backend does not render integer and bool element types "
+                             f"yet (the op computes in {src.acc_dtype}); roller.reference evaluates it")
     if evaluate:
         require_device(be, hwd, why="evaluate=True (timing candidates)")
     use_cache = use_cache and _cache.enabled()
-    key = parts = None
-    if use_cache:
-        parts = _cache.key_parts(src.content_hash(), src.name, hwd.content_hash(), be, top_k, evaluate)
-        key = _cache.make_key(parts)
-        entry = _cache.lookup(key)
-        if entry is not None:
-            kernel = _from_entry(src, target, entry, top_k)
-            if kernel is not None:
-                return kernel
-            _cache.last_event = "damaged: entry does not match the op"
-            if entry.path is not None:
-                _cache.remove(entry.path)
-    kernel = _construct_kernel(src, target, top_k, evaluate, repeat, progress)
-    if use_cache and key is not None:
-        art = kernel.artifact
-        entry = _cache.Entry(files=dict(art.files), main_file=art.main_file, kernel_name=art.kernel_name,
-                             launch=art.launch, programs=[p.to_json() for p in kernel.programs],
-                             chosen=kernel.chosen, evaluation=kernel.evaluation, parts=parts or {})
-        kernel.cache_path = _cache.store(key, entry)
-    return kernel
+    out: list[Kernel | None] = [None] * len(srcs)
+    keys: list[tuple[str, dict[str, Any]] | None] = [None] * len(srcs)
+    for i, src in enumerate(srcs):
+        if use_cache:
+            parts = _cache.key_parts(src.content_hash(), src.name, hwd.content_hash(), be, top_k, evaluate)
+            key = _cache.make_key(parts)
+            keys[i] = (key, parts)
+            entry = _cache.lookup(key)
+            if entry is not None:
+                out[i] = _from_entry(src, target, entry, top_k)
+                if out[i] is None:
+                    _cache.last_event = "damaged: entry does not match the op"
+                    if entry.path is not None:
+                        _cache.remove(entry.path)
+    todo = [i for i, k in enumerate(out) if k is None]
+    for i, kernel in zip(todo, _construct_kernels([srcs[i] for i in todo], target, top_k, evaluate, repeat,
+                                                  progress)):
+        out[i] = kernel
+        if keys[i] is not None:
+            key, parts = keys[i]  # type: ignore[misc]
+            art = kernel.artifact
+            entry = _cache.Entry(files=dict(art.files), main_file=art.main_file, kernel_name=art.kernel_name,
+                                 launch=art.launch, programs=[p.to_json() for p in kernel.programs],
+                                 chosen=kernel.chosen, evaluation=kernel.evaluation, parts=parts)
+            kernel.cache_path = _cache.store(key, entry)
+    return [k for k in out if k is not None]
 
 
-def _construct_kernel(src: TensorExpr, target: Target, top_k: int, evaluate: bool, repeat: int,
-                      progress: bool | None) -> Kernel:
-    t = time.perf_counter()
-    progs = target.programs(src, top_k)
-    construction_s = time.perf_counter() - t
-    if evaluate:
-        from roller.compiler.tune import evaluate as run_eval
+def _construct_kernels(srcs: Sequence[TensorExpr], target: Target, top_k: int, evaluate: bool, repeat: int,
+                       progress: bool | None) -> list[Kernel]:
+    built: list[tuple[list[RProgram], float]] = []
+    for src in srcs:
+        t = time.perf_counter()
+        progs = target.programs(src, top_k)
+        built.append((list(progs), time.perf_counter() - t))
+    if not evaluate:
+        return [Kernel(src, target, progs, 0, target.backend.render(progs[0], target.hw), construction_s=secs,
+                       top_k=top_k) for src, (progs, secs) in zip(srcs, built)]
+    from roller.compiler.tune import evaluate_many
 
-        ev = run_eval(src, progs, target.hw, target.backend, repeat=repeat, progress=progress)
+    found = evaluate_many([(src, progs) for src, (progs, _) in zip(srcs, built)], target.hw, target.backend,
+                          repeat=repeat, progress=progress)
+    out = []
+    for src, (progs, secs), ev in zip(srcs, built, found):
+        if isinstance(ev, Exception):
+            raise ev
         chosen = ev.chosen
         assert chosen.artifact is not None   # the chosen candidate is one that was rendered, compiled and timed
-        return Kernel(src, target, list(progs), ev.best, chosen.artifact, evaluation=ev.to_json(),
-                      construction_s=construction_s, top_k=top_k, _runner=chosen.runner)
-    art = target.backend.render(progs[0], target.hw)
-    return Kernel(src, target, list(progs), 0, art, construction_s=construction_s, top_k=top_k)
+        out.append(Kernel(src, target, progs, ev.best, chosen.artifact, evaluation=ev.to_json(),
+                          construction_s=secs, top_k=top_k, _runner=chosen.runner))
+    return out
 
 
 def _from_entry(src: TensorExpr, target: Target, entry: _cache.Entry, top_k: int) -> Kernel | None:

@@ -29,7 +29,7 @@ import numpy as np
 from roller.backends import ordered_inputs, require_device
 from roller.compiler.artifact import BuildFolder, BuiltKernel
 from roller.compiler.check import compare_outputs, model_tolerances
-from roller.compiler.kernel import Kernel, build_kernel
+from roller.compiler.kernel import Kernel, build_kernel, build_kernels
 from roller.compiler.target import StoredCosts, Target
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
@@ -400,12 +400,20 @@ def pad_stage(graph: Graph, target: Target) -> Graph:
 def pack_stage(graph: Graph, target: Target, measured: Callable[[TensorExpr], float | None] | None = None
                ) -> Graph:
     """A copy of ``graph`` whose weights are stored in the layouts construction chooses for the operators that
-    read them (``roller.construction.layout``): by the model, or with ``measured``, by their kernels' times."""
+    read them (``roller.construction.layout``): by the model, or with ``measured``, by their kernels' times (a
+    ``LayoutTimer`` is first handed every layout it will be asked about, to build them together)."""
     from roller.construction.layout import choose_layout
 
+    def chooser(timer: Callable[[TensorExpr], float | None] | None) -> Callable[..., Any]:
+        return lambda expr, consts: choose_layout(expr, target.hw, consts, target.matrix_support, timer,
+                                                  best=target.best)
+
+    if isinstance(measured, LayoutTimer):
+        asked: list[TensorExpr] = []
+        pack_constants(graph.copy(), chooser(lambda e: asked.append(e)))
+        measured.prefetch(asked)
     out = graph.copy()
-    pack_constants(out, lambda expr, consts: choose_layout(expr, target.hw, consts, target.matrix_support,
-                                                           measured, best=target.best))
+    pack_constants(out, chooser(measured))
     return out
 
 
@@ -424,17 +432,30 @@ def lower(graph: Graph, target: Target, method: str, measured: Callable[[TensorE
                   {"fuse": t1 - t0, "pad": t2 - t1, "pack": time.perf_counter() - t2})
 
 
-def layout_timer(target: Target, top_k: int, cache: bool) -> Callable[[TensorExpr], float | None]:
+@dataclass
+class LayoutTimer:
     """Seconds of the kernel a layout would get, built as it will be (a cache hit when it is the one kept) and
     timed with the cores' caches overwritten before each run where the device can: alone and hot, unblocked 3x3
     weights of ResNet-18 won, and ran 1.4-1.6x slower than the blocked ones inside the model."""
+    target: Target
+    top_k: int
+    cache: bool
+    kernels: dict[str, Kernel] = field(default_factory=dict)
 
-    def measured(expr: TensorExpr) -> float | None:
-        k = build_kernel(expr, target, top_k=top_k, evaluate=True, use_cache=cache, progress=False)
+    def prefetch(self, exprs: Sequence[TensorExpr]) -> None:
+        """Build the kernels of ``exprs`` together (their candidates compiled in shared batches)."""
+        unique = list({e.content_hash(): e for e in exprs}.values())
+        built = build_kernels(unique, self.target, top_k=self.top_k, evaluate=True, use_cache=self.cache,
+                              progress=False)
+        self.kernels.update((e.content_hash(), k) for e, k in zip(unique, built))
+
+    def __call__(self, expr: TensorExpr) -> float | None:
+        k = self.kernels.get(expr.content_hash())
+        if k is None:
+            k = build_kernel(expr, self.target, top_k=self.top_k, evaluate=True, use_cache=self.cache,
+                             progress=False)
         args = ordered_inputs(k.launch, random_inputs(expr, seed=0))
         return float(k.runner.time(args, cold=True))
-
-    return measured
 
 
 def build_stage(graph: Graph, target: Target, top_k: int = 10, evaluate: bool = False, cache: bool = True,
@@ -442,6 +463,12 @@ def build_stage(graph: Graph, target: Target, top_k: int = 10, evaluate: bool = 
     """(kernel key -> kernel, cache hits): one kernel per distinct operator, constructed and rendered ``jobs``
     at a time (or taken from the cache), with a progress bar on stderr when it is a terminal."""
     todo = unique_kernels(graph)
+    if evaluate:   # timed candidates are compiled together, a batch per round, and timed one after another
+        with stage(f"building {graph.name}: timing the candidates of {len(todo)} kernels", enabled=progress):
+            built = build_kernels([n.expr for n in todo.values()], target, top_k=top_k, evaluate=True,
+                                  use_cache=cache, progress=False)
+        timed = dict(zip(todo, built))
+        return timed, sum(1 for k in timed.values() if k.cache_hit)
     bar = Progress(len(todo), f"building {graph.name}: constructing {len(todo)} kernels", enabled=progress)
 
     def one(node: OpNode) -> Kernel:
@@ -489,7 +516,7 @@ def build_model(graph: Graph, target: Target, *, method: str = "solver", top_k: 
 
     t0 = time.perf_counter()
     with stage(f"building {graph.name}: fusing {len(graph.op_nodes)} operators", enabled=progress):
-        stages = lower(graph, target, method, layout_timer(target, top_k, cache) if evaluate else None)
+        stages = lower(graph, target, method, LayoutTimer(target, top_k, cache) if evaluate else None)
     t1 = time.perf_counter()
     kernels, hits = build_stage(stages.packed, target, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,
                                 progress=progress)
