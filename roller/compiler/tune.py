@@ -233,6 +233,8 @@ def evaluate_many(ops: Sequence[tuple[TensorExpr, Sequence[RProgram]]], hw: Hard
     from roller.cache import toolchain_version
     from roller.ir.reference import random_inputs
 
+    if not ops:
+        return []
     for op, programs in ops:
         if not programs:
             raise RollerError(f"{op.name}: nothing to evaluate")

@@ -1,6 +1,8 @@
 """Timing candidates on the device (``roller.compiler.tune``): early stopping and operators evaluated together."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from roller.backends import get
@@ -67,3 +69,25 @@ def test_operators_evaluated_together_each_get_their_own_choice():
         assert ev.op is op and ev.check["ok"] is True
         _agrees_with_early_stop(ev.candidates)
         assert ev.chosen.program.expr.name == op.name
+
+
+def test_nothing_to_evaluate_together_is_no_evaluation():
+    target = Target.resolve("pocl-cpu")
+    assert evaluate_many([], target.hw, target.backend) == []
+
+
+@needs_cl
+def test_a_timed_model_builds_again_from_the_cache():
+    """The second evaluate=True build of a model finds every kernel in the cache (the layouts are timed again:
+    which one wins may change, each is a kernel built the first time)."""
+    import numpy as np
+
+    import roller
+
+    path = Path(__file__).parents[2] / "examples" / "models" / "mini_resnet.onnx"
+    first = roller.compile_model(path, "pocl-cpu", top_k=4, evaluate=True, progress=False)
+    again = roller.compile_model(path, "pocl-cpu", top_k=4, evaluate=True, progress=False)
+    assert again.cache_hits == len(again.by_key) > 0
+    x = first.random_inputs(0)
+    for a, b in zip(first.run(x).values(), again.run(x).values()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
