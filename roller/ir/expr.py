@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
-UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs", "cos", "sin")
+# round: to the nearest integer, halves to even (ONNX Round, and what QuantizeLinear rounds with)
+UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs", "cos", "sin", "round")
 BINARY_FUNCS = ("max", "min")
 # Functions of typed bodies (integer and bool element types, roller.ir.types): comparisons give bool, the logic
 # takes bool, where(c, a, b) selects, isnan/isinf test floats, and a type's name converts to it (ONNX's Cast).

@@ -367,6 +367,8 @@ def _call(fn: str, args: list[np.ndarray]) -> np.ndarray:
         return np.maximum(x, 0.0)
     if fn == "abs":
         return np.abs(x)
+    if fn == "round":
+        return np.rint(x)
     if fn == "max":
         return np.maximum(x, args[1])
     if fn == "min":
@@ -393,7 +395,7 @@ _TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 # Error of one evaluation of each function, in ulps of its result (1 ulp = 2 unit roundoffs): the OpenCL C 1.2
 # single-precision limits (CUDA's and HIP's are tighter); sigmoid is exp, an add and a division.
 _ULPS = {"exp": 3, "log": 3, "sqrt": 3, "rsqrt": 2, "tanh": 5, "erf": 16, "sigmoid": 7, "relu": 0, "abs": 0,
-         "max": 0, "min": 0, "cos": 4, "sin": 4}
+         "max": 0, "min": 0, "cos": 4, "sin": 4, "round": 0}
 _DIV_ULPS = 2.5
 
 
@@ -573,6 +575,8 @@ def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: fl
             prop = np.maximum(adx, np.abs(pairs[1][1]))
         elif e.fn in ("relu", "abs", "tanh", "cos", "sin"):   # |f'| <= 1
             prop = adx
+        elif e.fn == "round":   # a step: an error that reaches a half may move the result by one
+            prop = np.where(np.abs(x - np.rint(x)) + adx >= 0.5, adx + 1.0, 0.0)
         elif e.fn == "erf":
             prop = 1.1284 * adx
         elif e.fn == "sigmoid":

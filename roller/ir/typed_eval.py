@@ -168,4 +168,4 @@ def _float_call(fn: str) -> Callable[[np.ndarray], np.ndarray]:
     except ImportError:  # pragma: no cover - depends on the environment
         erf = np.vectorize(math.erf)
     return {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
-            "cos": np.cos, "sin": np.sin, "erf": erf, "sigmoid": lambda x: 1 / (1 + np.exp(-x))}[fn]
+            "cos": np.cos, "sin": np.sin, "erf": erf, "round": np.rint, "sigmoid": lambda x: 1 / (1 + np.exp(-x))}[fn]

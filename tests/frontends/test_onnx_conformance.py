@@ -54,6 +54,7 @@ HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float
         "bfloat16 type (the importer's caller refuses it before building)")
 ZERO = "zero-size tensors (an empty input, output, slice or split): values have positive sizes (graph IR)"
 POW = "a pow function in the IR: an exponent per element (a constant scalar exponent is translated)"
+BLOCKED = "blocked quantization (block_size: one scale per block of an axis): per tensor and per axis are translated"
 TRAINING = "training mode: Dropout draws a random mask, BatchNormalization returns updated running statistics"
 SEQUENCE = "sequence and optional values: only tensors are imported"
 HALF_ROUNDING = ("float16 attention whose kernels round to float16 at other points than the reference (one "
@@ -72,6 +73,9 @@ EXCLUDED: dict[str, str] = {
     r"test_reduce_log_sum_exp_(?!empty_set).*": FLOAT64,
     r"test_flexattention_double_expanded_ver\d+": FLOAT64,
     r"test_cast(like)?_.*(FLOAT8|FLOAT4|INT4|INT2).*": NARROW,
+    r"test_(de)?quantizelinear_(e4m3fn|e5m2|float4e2m1|u?int4|u?int2)(_.*)?": NARROW,
+    r"test_(de)?quantizelinear_u?int16": WIDE_INT,
+    r"test_(de)?quantizelinear_blocked(_.*)?": BLOCKED,
     # (every single-node CastLike case also passes an empty 'like' tensor: ZERO once its type is supported)
     r"test_cast(like)?_.*BFLOAT16.*": HALF,
     r"test_.*(bfloat16|bf16).*": HALF,

@@ -94,7 +94,7 @@ NAMED = [
     {"op": "elementwise", "fn": "min", "shapes": {"A": [6], "B": [1]}},
     {"op": "elementwise", "fn": "mul", "shapes": {"A": [3, 1], "B": [3, 4]}, "dtype": "float16"},
 ] + [{"op": "elementwise", "fn": fn, "shapes": {"X": [3, 5]}}
-     for fn in ("relu", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "neg", "cos", "sin")]
+     for fn in ("relu", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "neg", "cos", "sin", "round")]
 
 
 @pytest.mark.parametrize("op", NAMED, ids=lambda o: f"{o['op']}-{o.get('fn', o.get('kind', ''))}")

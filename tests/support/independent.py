@@ -41,6 +41,7 @@ UNARY = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "abs": np.abs,
     "neg": np.negative,
+    "round": np.vectorize(lambda v: float(round(v)), otypes=[np.float64]),   # Python rounds halves to even
 }
 BINARY = {
     "add": np.add,

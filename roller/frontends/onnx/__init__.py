@@ -3,7 +3,9 @@
 Translations live by kind of op: ``elementwise`` (arithmetic with broadcasting, activations, casts), ``logic``
 (comparisons, bool logic, Where, Mod), ``nn`` (convolutions, matrix products, pooling, reductions),
 ``normalize`` (softmax and the normalisations), ``tensor`` (views, copies, transposes, padding, resizing),
-``positions`` (CumSum, ArgMax/ArgMin, Trilu, TopK), ``scatter`` (ScatterND, ScatterElements), ``attention`` and ``losses``; ``rewrite`` folds batch norms into convolutions first.
+``positions`` (CumSum, ArgMax/ArgMin, Trilu, TopK), ``scatter`` (ScatterND, ScatterElements), ``quantize``
+(QuantizeLinear, DequantizeLinear and the integer operators), ``attention`` and ``losses``; ``rewrite`` folds
+batch norms into convolutions first, ``qdq`` turns a QDQ model's quantized products into integer operators.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from roller.frontends.onnx import (  # noqa: F401 - they register
     nn,
     normalize,
     positions,
+    quantize,
     scatter,
     tensor,
 )

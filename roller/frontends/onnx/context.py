@@ -44,6 +44,18 @@ class NeedsConstant(InputError):
 
 Translator = Callable[["Context", onnx.NodeProto], None]
 TRANSLATORS: dict[str, Translator] = {}
+#: import-time evaluations of Roller's own, for ops whose inputs are all constants where onnx.reference has no
+#: implementation at the model's opset (its DequantizeLinear starts at opset 19)
+FOLDERS: dict[str, Translator] = {}
+
+
+def folds(*op_types: str) -> Callable[[Translator], Translator]:
+    """Register an import-time evaluation (``FOLDERS``)."""
+    def register(fn: Translator) -> Translator:
+        for t in op_types:
+            FOLDERS[t] = fn
+        return fn
+    return register
 
 
 def translates(*op_types: str) -> Callable[[Translator], Translator]:

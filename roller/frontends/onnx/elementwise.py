@@ -118,6 +118,7 @@ UNARY = {
     "Softsign": lambda a: f"({a}) / (1.0 + abs({a}))",
     # log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|)
     "Softplus": lambda a: f"relu({a}) + log(1.0 + exp(-abs({a})))",
+    "Round": lambda a: f"round({a})",
     # x tanh(softplus(x)), the softplus as above
     "Mish": lambda a: f"({a}) * tanh(relu({a}) + log(1.0 + exp(-abs({a}))))",
 }

@@ -18,7 +18,8 @@ from onnx.reference import ReferenceEvaluator
 
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError, printable
-from roller.frontends.onnx.context import DEVICE_TYPES, OPSETS, TRANSLATORS, Context, tensor_array
+from roller.frontends.onnx.context import DEVICE_TYPES, FOLDERS, OPSETS, TRANSLATORS, Context, tensor_array
+from roller.frontends.onnx.qdq import expand_contrib, qdq_to_qlinear
 from roller.frontends.onnx.rewrite import drop_unused_outputs, fold_batchnorm, upgrade_opset
 from roller.graph.ir import Graph
 from roller.graph.passes import remove_dead
@@ -116,13 +117,13 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
     _check_tensors(proto.graph, source)   # before onnx.checker, which looks for external files itself
     if opset < OPSETS[0]:
         proto, opset = upgrade_opset(proto, opset, OPSETS[0], source), OPSETS[0]
-    proto = drop_unused_outputs(proto, opset)
+    proto = drop_unused_outputs(expand_contrib(proto), opset)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
         raise InputError(f"invalid ONNX model: {first}", source=source) from None
-    proto = fold_batchnorm(proto)
+    proto = qdq_to_qlinear(fold_batchnorm(proto))
     g = proto.graph
     graph = Graph(name=printable(g.name or Path(source).stem or "model"))
     ctx = Context(graph, source, opset)
@@ -143,7 +144,11 @@ def import_model(model: ModelLike, shapes: Mapping[str, Sequence[int]] | None = 
             raise ctx.error(node, f"op domain {node.domain!r} is not supported (only the default ONNX domain)")
         given = [i for i in node.input if i]
         if all(ctx.const(i) is not None for i in given) and node.op_type not in NEVER_FOLD:
-            _fold(ctx, proto, node)
+            own = FOLDERS.get(node.op_type)
+            if own is not None:
+                own(ctx, node)
+            else:
+                _fold(ctx, proto, node)
             continue
         fn = TRANSLATORS.get(node.op_type)
         if fn is None:

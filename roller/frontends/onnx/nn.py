@@ -10,7 +10,7 @@ import onnx
 from roller.frontends.onnx.context import Context, fmt, translates
 from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
 from roller.frontends.onnx.tensor import permute
-from roller.graph.ir import Piece
+from roller.graph.ir import Piece, Value
 
 # -- windows (convolution and pooling) -----------------------------------------------------------------------
 
@@ -61,11 +61,10 @@ def _window_index(out_axis: str, win_axis: str, stride: int, dil: int, before: i
     return f"{text}-{before}" if before > 0 else text
 
 
-@translates("Conv")
-def conv(ctx: Context, node: onnx.NodeProto) -> None:
-    x = ctx.device_value(node, 0)
-    w_const = ctx.const(node.input[1])
-    w = ctx.device_value(node, 1)
+def conv_kernels(ctx: Context, node: onnx.NodeProto, x: Value, w: Value, w_const: np.ndarray | None, y: str
+                 ) -> list[int]:
+    """The convolution of the node's attributes of ``x`` by ``w`` (``w_const``: its value where it is a
+    constant) into ``y``, without a bias; returns ``y``'s shape."""
     if len(x.shape) < 3 or len(w.shape) != len(x.shape):
         raise ctx.error(node, f"expected input [N, C, spatial...] and weight of the same rank, got {list(x.shape)} "
                               f"and {list(w.shape)}")
@@ -81,7 +80,6 @@ def conv(ctx: Context, node: onnx.NodeProto) -> None:
     o_ax = [f"o{d}" for d in range(len(spatial))]
     k_ax = [f"k{d}" for d in range(len(spatial))]
     x_sp = [_window_index(o, k, s, d, b) for o, k, s, d, b in zip(o_ax, k_ax, strides, dil, before)]
-    y = node.output[0] if not ctx.has(node, 2) else ctx.fresh(node.output[0] + ":conv")
     fg = f // group
     if group == 1:
         # The named conv2d's form (X first, W second): construction lowers it as an implicit GEMM.
@@ -100,6 +98,14 @@ def conv(ctx: Context, node: onnx.NodeProto) -> None:
         text = (f"Y[n,g,f,{','.join(o_ax)}] += X[n,g,c,{','.join(x_sp)}] * W[g,f,c,{','.join(k_ax)}]")
         ctx.kernel(node, text, {"X": xv, "W": wv}, yg, [n, group, fg, *out], kind="grouped_conv")
         ctx.view(node, yg, y, [n, f, *out])
+    return [n, f, *out]
+
+
+@translates("Conv")
+def conv(ctx: Context, node: onnx.NodeProto) -> None:
+    x, w = ctx.device_value(node, 0), ctx.device_value(node, 1)
+    y = node.output[0] if not ctx.has(node, 2) else ctx.fresh(node.output[0] + ":conv")
+    n, f, *out = conv_kernels(ctx, node, x, w, ctx.const(node.input[1]), y)
     if ctx.has(node, 2):
         b = ctx.device_value(node, 2)
         if b.shape != (f,):
@@ -142,11 +148,15 @@ def gemm(ctx: Context, node: onnx.NodeProto) -> None:
 
 @translates("MatMul")
 def matmul(ctx: Context, node: onnx.NodeProto) -> None:
-    a, b = ctx.device_value(node, 0), ctx.device_value(node, 1)
+    matmul_kernel(ctx, node, ctx.device_value(node, 0), ctx.device_value(node, 1), node.output[0])
+
+
+def matmul_kernel(ctx: Context, node: onnx.NodeProto, a: Value, b: Value, output: str) -> list[int]:
+    """``a @ b`` under numpy's rules (batch dims broadcast, a 1-d side a row or a column, dropped again) into
+    ``output``; returns its shape."""
     sa, sb = list(a.shape), list(b.shape)
     if not sa or not sb:
         raise ctx.error(node, "MatMul of a scalar is not defined")
-    # numpy's rules: a 1-d A is a row, a 1-d B a column, dropped again from the result
     a_name, b_name = a.name, b.name
     if len(sa) == 1:
         a_name, sa = ctx.view(node, a.name, ctx.fresh(a.name + ":row"), [1, sa[0]]), [1, sa[0]]
@@ -166,12 +176,13 @@ def matmul(ctx: Context, node: onnx.NodeProto) -> None:
 
     y_idx = ",".join([*bax, "m", "n"])
     final = [*batch, *([sa[-2]] if len(a.shape) > 1 else []), *([sb[-1]] if len(b.shape) > 1 else [])]
-    y = node.output[0] if final == out_shape else ctx.fresh(node.output[0] + ":mm")
+    y = output if final == out_shape else ctx.fresh(output + ":mm")
     kind = "matmul" if nb == 0 else "batch_matmul"
     ctx.kernel(node, f"Y[{y_idx}] += {operand('A', sa, ['m', 'k'])} * {operand('B', sb, ['k', 'n'])}",
                {"A": a_name, "B": b_name}, y, out_shape, kind=kind)
-    if y != node.output[0]:
-        ctx.view(node, y, node.output[0], final)
+    if y != output:
+        ctx.view(node, y, output, final)
+    return final
 
 
 # -- pooling -------------------------------------------------------------------------------------------------

@@ -24,9 +24,12 @@ from roller.ir.types import WEAK_FLOAT, WEAK_INT, BodyTypes, compute_dtype, meet
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # (signed bounds as C expressions, the float at or past which a conversion saturates) per integer type
-_LIMITS = {"int64": ("(-9223372036854775807 - 1)", "9223372036854775807", "9.2233720368547758e18f"),
-           "int32": ("(-2147483647 - 1)", "2147483647", "2147483648.0f"),
-           "int8": ("(-128)", "127", "127.0f"), "uint8": ("0", "255", "255.0f")}
+# (lowest, highest, the float at and beyond which a conversion gives the highest, the float at and below which
+# it gives the lowest): int8's are 127 and -128, not symmetric (-127.0 converted is -127)
+_LIMITS = {"int64": ("(-9223372036854775807 - 1)", "9223372036854775807", "9.2233720368547758e18f",
+                     "-9.2233720368547758e18f"),
+           "int32": ("(-2147483647 - 1)", "2147483647", "2147483648.0f", "-2147483648.0f"),
+           "int8": ("(-128)", "127", "127.0f", "-128.0f"), "uint8": ("0", "255", "255.0f", "0.0f")}
 
 
 @dataclass
@@ -146,7 +149,7 @@ class TypedC:
             return {"max": f"(-{self.d.infinity})", "min": self.d.infinity}.get(op or "", c_float(0.0, self.d))
         if op is None:
             return f"(({self.ctype(t)})0)"
-        low, high, _ = _LIMITS[t]
+        low, high, _, _ = _LIMITS[t]
         return f"(({self.ctype(t)}){ {'max': low, 'min': high}.get(op or '', '0') })"
 
     def combine(self) -> str:
@@ -182,9 +185,8 @@ class TypedC:
     def _f2i(self, t: str) -> str:
         name = f"rl_f2{t}"
         if name not in self.helpers:
-            low, high, edge = _LIMITS[t]
+            low, high, edge, bottom = _LIMITS[t]
             ct = self.d.ctype[t]
-            bottom = "0.0f" if t == "uint8" else f"-{edge}"
             self.helpers[name] = (f"{self.d.helper_qual} {ct} {name}(float x) {{ return x != x ? ({ct})0 : "
                                   f"x >= {edge} ? ({ct}){high} : x <= {bottom} ? ({ct}){low} : ({ct})x; }}")
         return name
