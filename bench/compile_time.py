@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row(m)), flush=True)
     if args.json:
         doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()} ({os.cpu_count()} cores)",
-               "description": args.hw, "command": "python bench/compile_time.py --zoo DIR --json FILE" + (" --eval" if args.evaluate else ""),
+               "description": args.hw + (", evaluate=True" if args.evaluate else ""),
+               "command": "python bench/compile_time.py --zoo DIR --json FILE" + (" --eval" if args.evaluate else ""),
                "evaluate": args.evaluate,
                "target": f"{args.hw} (PoCL on this CPU); onnxruntime's session creation in the same process"
                          + ("; IREE's import and llvm-cpu compile of the same file" if args.iree else ""),

@@ -102,6 +102,9 @@ class Context:
         self.source = source
         self.opset = opset
         self.folded: dict[str, np.ndarray] = {}   # constants of any dtype (shape arithmetic); never uploaded
+        # quantized values by what they were rounded from (roller.frontends.onnx.quantize.Rounded): a reader
+        # of the integers computes its float from that instead, in a float kernel fusion can join to the producer
+        self.rounded: dict[str, Any] = {}
         self._names: set[str] = set(graph.values)
         self._count = 0
 

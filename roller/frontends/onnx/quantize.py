@@ -16,7 +16,8 @@ on PoCL), so the float32 form is the one built.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -28,6 +29,38 @@ from roller.graph.ir import Value
 
 #: the element types a quantized tensor may have here (int16, the 4-bit and the float8 types are refused)
 QUANTIZED = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class Rounded:
+    """A quantized value ``saturate(round(F) + zero)`` as made: ``F`` a float body over ``reads`` (local tensor
+    name -> value) indexed by ``axes(rank)``. ``float32(q) - z`` is then ``clamp(round(F), low - zero, high -
+    zero) + (zero - z)``: a float kernel of the values the integers came from (a convolution's sums), which
+    fusion joins to their producer, where the integers' own kernel (typed: never an epilogue) could not be."""
+    body: str
+    reads: Mapping[str, str]
+    zero: int
+    dtype: str
+
+    def shifted(self, z: int) -> str:
+        """The float body of ``float32(q) - z``."""
+        info = np.iinfo(self.dtype)
+        value = f"max(min(round({self.body}), {fmt(info.max - self.zero)}), {fmt(info.min - self.zero)})"
+        return value if z == self.zero else f"({value}) + {fmt(self.zero - z)}"
+
+
+def _reread(ctx: Context, node: onnx.NodeProto, name: str, z: int, scale: float, out: str) -> str | None:
+    """``(float32(name) - z) * scale`` as a float kernel of what ``name`` was rounded from, into ``out``; None
+    where ``name`` is no ``Rounded`` value."""
+    made = ctx.rounded.get(name)
+    if made is None:
+        return None
+    body = made.shifted(z)
+    if scale != 1.0:
+        body = f"({body}) * {fmt(scale)}"
+    idx = ",".join(axes(len(ctx.value(name).shape)))
+    return ctx.kernel(node, f"Y[{idx}] = {body}", made.reads, out, ctx.value(name).shape, dtype="float32",
+                      kind="dequantize")
 
 
 def _axis(ctx: Context, node: onnx.NodeProto, rank: int) -> int:
@@ -97,12 +130,29 @@ def quantize_linear(ctx: Context, node: onnx.NodeProto) -> None:
     plain = onnx.helper.make_node("QuantizeLinear", given, list(node.output), name=node.name)
     zero = (lambda v: f" + float32({v[2]})") if len(given) > 2 else (lambda v: "")
     elementwise(ctx, plain, lambda v: f"{out_t}(round(({v[0]}) / ({v[1]})){zero(v)})", dtype=out_t)
+    scale, z = _one_value(ctx, node, 1), _one_value(ctx, node, 2) if ctx.has(node, 2) else 0.0
+    if scale is not None and z is not None and shape and node.input[0] in ctx.graph.values:
+        idx = ",".join(axes(len(shape)))
+        ctx.rounded[node.output[0]] = Rounded(f"X[{idx}] / {fmt(scale)}", {"X": node.input[0]}, int(z), out_t)
+
+
+def _one_value(ctx: Context, node: onnx.NodeProto, i: int) -> float | None:
+    """Input ``i`` where it is a constant of one finite value, else None."""
+    c = ctx.const(node.input[i])
+    if c is None or c.size != 1 or not np.isfinite(c.astype(np.float64)).all():
+        return None
+    return float(c.reshape(-1)[0])
 
 
 @translates("DequantizeLinear")
 def dequantize_linear(ctx: Context, node: onnx.NodeProto) -> None:
-    """In the scale's type (float16 for a float16 scale, else float32)."""
+    """In the scale's type (float16 for a float16 scale, else float32); of a value rounded here, from what it
+    was rounded from (``Rounded``)."""
     _no_blocks(ctx, node)
+    scale, z = _one_value(ctx, node, 1), _one_value(ctx, node, 2) if ctx.has(node, 2) else 0.0
+    if scale is not None and z is not None and ctx.dtype_name(node.input[1]) == "float32" and \
+            _reread(ctx, node, node.input[0], int(z), scale, node.output[0]) is not None:
+        return
     src = ctx.dtype_name(node.input[0])
     if src not in (*QUANTIZED, "int32"):
         raise ctx.error(node, f"dequantization of {src} is not supported ({', '.join(QUANTIZED)} and int32 are)")
@@ -201,6 +251,10 @@ def _shifted(ctx: Context, node: onnx.NodeProto, i: int, zero: np.ndarray | str,
     if c is not None and not isinstance(zero, str):
         values = (c.astype(np.int32) - zero).astype(np.float32)
         return ctx.value(ctx.add_const(values, f"{node.input[i]}:shifted")), values
+    if not isinstance(zero, str) and zero.size == 1:
+        out = _reread(ctx, node, node.input[i], int(zero.reshape(-1)[0]), 1.0, ctx.fresh(f"{node.input[i]}:shifted"))
+        if out is not None:
+            return ctx.value(out), None
     v = ctx.device_value(node, i)
     names = axes(len(v.shape))
     idx = ",".join(names)
@@ -295,6 +349,7 @@ def _requantize(ctx: Context, node: onnx.NodeProto, acc: str, shape: list[int], 
     zp = f" + {fmt(zero)}" if zero else ""
     ctx.kernel(node, f"Y[{','.join(names)}] = {out_t}(round({scaled}){zp})", reads, node.output[0], shape,
                dtype=out_t, kind="requantize")
+    ctx.rounded[node.output[0]] = Rounded(scaled, dict(reads), zero, out_t)
 
 
 def _qlinear(ctx: Context, node: onnx.NodeProto, channels: int) -> tuple[np.ndarray, str, int]:
