@@ -256,8 +256,9 @@ def build_kernels(srcs: Sequence[TensorExpr], target: Target, top_k: int = 10, e
     for i, kernel in zip(todo, _construct_kernels([srcs[i] for i in todo], target, top_k, evaluate, repeat,
                                                   progress)):
         out[i] = kernel
-        if keys[i] is not None:
-            key, parts = keys[i]  # type: ignore[misc]
+        keyed = keys[i]
+        if keyed is not None:
+            key, parts = keyed
             art = kernel.artifact
             entry = _cache.Entry(files=dict(art.files), main_file=art.main_file, kernel_name=art.kernel_name,
                                  launch=art.launch, programs=[p.to_json() for p in kernel.programs],
