@@ -49,22 +49,22 @@ TRANSLATORS: dict[str, Translator] = {}
 FOLDERS: dict[str, Translator] = {}
 
 
-def folds(*op_types: str) -> Callable[[Translator], Translator]:
-    """Register an import-time evaluation (``FOLDERS``)."""
+def _registrar(table: dict[str, Translator], *op_types: str) -> Callable[[Translator], Translator]:
     def register(fn: Translator) -> Translator:
         for t in op_types:
-            FOLDERS[t] = fn
+            table[t] = fn
         return fn
     return register
+
+
+def folds(*op_types: str) -> Callable[[Translator], Translator]:
+    """Register an import-time evaluation (``FOLDERS``)."""
+    return _registrar(FOLDERS, *op_types)
 
 
 def translates(*op_types: str) -> Callable[[Translator], Translator]:
     """Register a translation for ONNX op types of the default domain."""
-    def register(fn: Translator) -> Translator:
-        for t in op_types:
-            TRANSLATORS[t] = fn
-        return fn
-    return register
+    return _registrar(TRANSLATORS, *op_types)
 
 
 def fmt(x: float) -> str:

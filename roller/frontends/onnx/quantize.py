@@ -16,7 +16,7 @@ on PoCL), so the float32 form is the one built.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +115,30 @@ def _no_blocks(ctx: Context, node: onnx.NodeProto) -> None:
         raise ctx.error(node, "blocked quantization (block_size) is not supported (per tensor or per axis is)")
 
 
+def _linear_kernel(ctx: Context, node: onnx.NodeProto, body: Callable[[list[str]], str], dtype: str) -> list[int]:
+    """The node's elementwise kernel of x, its scale and its zero point (``body`` of their operands; the zero
+    point's only where the node has one), the two broadcast along the node's axis; returns x's shape."""
+    shape = shape_of(ctx, node.input[0])
+    axis = _axis(ctx, node, len(shape))
+    given = [node.input[0], _aligned(ctx, node, 1, shape, axis, "scale")]
+    if ctx.has(node, 2):
+        given.append(_aligned(ctx, node, 2, shape, axis, "zero point", as_float=True))
+    elementwise(ctx, onnx.helper.make_node(node.op_type, given, list(node.output), name=node.name), body,
+                dtype=dtype)
+    return shape
+
+
+def _one_value_params(ctx: Context, node: onnx.NodeProto) -> tuple[float, float] | None:
+    """(scale, zero point) where both are constants of one finite value (no zero point: 0), else None."""
+    values = []
+    for i in (1, 2):
+        c = ctx.const(node.input[i]) if ctx.has(node, i) else np.zeros(1)
+        if c is None or c.size != 1 or not np.isfinite(c.astype(np.float64)).all():
+            return None
+        values.append(float(c.reshape(-1)[0]))
+    return values[0], values[1]
+
+
 @translates("QuantizeLinear")
 def quantize_linear(ctx: Context, node: onnx.NodeProto) -> None:
     """The cast to the quantized type saturates (``roller.ir.types``), after rounding half to even."""
@@ -122,26 +146,13 @@ def quantize_linear(ctx: Context, node: onnx.NodeProto) -> None:
     out_t = _quantized_type(ctx, node, 2, "output_dtype")
     if ctx.element_type(node.input[0]) not in ("float32", "float16", "bfloat16"):
         raise ctx.error(node, f"the input is {ctx.element_type(node.input[0])}; a float type is quantized")
-    shape = shape_of(ctx, node.input[0])
-    axis = _axis(ctx, node, len(shape))
-    given = [node.input[0], _aligned(ctx, node, 1, shape, axis, "scale")]
-    if ctx.has(node, 2):
-        given.append(_aligned(ctx, node, 2, shape, axis, "zero point", as_float=True))
-    plain = onnx.helper.make_node("QuantizeLinear", given, list(node.output), name=node.name)
-    zero = (lambda v: f" + float32({v[2]})") if len(given) > 2 else (lambda v: "")
-    elementwise(ctx, plain, lambda v: f"{out_t}(round(({v[0]}) / ({v[1]})){zero(v)})", dtype=out_t)
-    scale, z = _one_value(ctx, node, 1), _one_value(ctx, node, 2) if ctx.has(node, 2) else 0.0
-    if scale is not None and z is not None and shape and node.input[0] in ctx.graph.values:
+    shape = _linear_kernel(ctx, node, lambda v: f"{out_t}(round(({v[0]}) / ({v[1]}))"
+                                                + (f" + float32({v[2]}))" if len(v) > 2 else ")"), out_t)
+    params = _one_value_params(ctx, node)
+    if params is not None and shape and node.input[0] in ctx.graph.values:
         idx = ",".join(axes(len(shape)))
-        ctx.rounded[node.output[0]] = Rounded(f"X[{idx}] / {fmt(scale)}", {"X": node.input[0]}, int(z), out_t)
-
-
-def _one_value(ctx: Context, node: onnx.NodeProto, i: int) -> float | None:
-    """Input ``i`` where it is a constant of one finite value, else None."""
-    c = ctx.const(node.input[i])
-    if c is None or c.size != 1 or not np.isfinite(c.astype(np.float64)).all():
-        return None
-    return float(c.reshape(-1)[0])
+        ctx.rounded[node.output[0]] = Rounded(f"X[{idx}] / {fmt(params[0])}", {"X": node.input[0]},
+                                              int(params[1]), out_t)
 
 
 @translates("DequantizeLinear")
@@ -149,22 +160,16 @@ def dequantize_linear(ctx: Context, node: onnx.NodeProto) -> None:
     """In the scale's type (float16 for a float16 scale, else float32); of a value rounded here, from what it
     was rounded from (``Rounded``)."""
     _no_blocks(ctx, node)
-    scale, z = _one_value(ctx, node, 1), _one_value(ctx, node, 2) if ctx.has(node, 2) else 0.0
-    if scale is not None and z is not None and ctx.dtype_name(node.input[1]) == "float32" and \
-            _reread(ctx, node, node.input[0], int(z), scale, node.output[0]) is not None:
+    params = _one_value_params(ctx, node)
+    if params is not None and ctx.dtype_name(node.input[1]) == "float32" and \
+            _reread(ctx, node, node.input[0], int(params[1]), params[0], node.output[0]) is not None:
         return
     src = ctx.dtype_name(node.input[0])
     if src not in (*QUANTIZED, "int32"):
         raise ctx.error(node, f"dequantization of {src} is not supported ({', '.join(QUANTIZED)} and int32 are)")
-    shape = shape_of(ctx, node.input[0])
-    axis = _axis(ctx, node, len(shape))
-    given = [node.input[0], _aligned(ctx, node, 1, shape, axis, "scale")]
-    if ctx.has(node, 2):
-        given.append(_aligned(ctx, node, 2, shape, axis, "zero point", as_float=True))
-    plain = onnx.helper.make_node("DequantizeLinear", given, list(node.output), name=node.name)
-    zero = (lambda v: f" - float32({v[2]})") if len(given) > 2 else (lambda v: "")
     out_t = "float16" if ctx.dtype_name(node.input[1]) == "float16" else "float32"
-    elementwise(ctx, plain, lambda v: f"(float32({v[0]}){zero(v)}) * ({v[1]})", dtype=out_t)
+    _linear_kernel(ctx, node, lambda v: f"(float32({v[0]})" + (f" - float32({v[2]})" if len(v) > 2 else "")
+                                        + f") * ({v[1]})", out_t)
 
 
 def _constant_params(ctx: Context, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
