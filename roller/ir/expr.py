@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 # round: to the nearest integer, halves to even (ONNX Round, and what QuantizeLinear rounds with)
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs", "cos", "sin", "round")
-BINARY_FUNCS = ("max", "min")
+# pow: as C and numpy (NaN for a negative base and a non-integer exponent; pow(x, 0) is 1)
+BINARY_FUNCS = ("max", "min", "pow")
 # Functions of typed bodies (integer and bool element types, roller.ir.types): comparisons give bool, the logic
 # takes bool, where(c, a, b) selects, isnan/isinf test floats, and a type's name converts to it (ONNX's Cast).
 COMPARE_FUNCS = ("eq", "ne", "lt", "le", "gt", "ge")

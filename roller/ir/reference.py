@@ -369,6 +369,9 @@ def _call(fn: str, args: list[np.ndarray]) -> np.ndarray:
         return np.abs(x)
     if fn == "round":
         return np.rint(x)
+    if fn == "pow":
+        with np.errstate(all="ignore"):
+            return np.power(x, args[1])
     if fn == "max":
         return np.maximum(x, args[1])
     if fn == "min":
@@ -395,7 +398,7 @@ _TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 # Error of one evaluation of each function, in ulps of its result (1 ulp = 2 unit roundoffs): the OpenCL C 1.2
 # single-precision limits (CUDA's and HIP's are tighter); sigmoid is exp, an add and a division.
 _ULPS = {"exp": 3, "log": 3, "sqrt": 3, "rsqrt": 2, "tanh": 5, "erf": 16, "sigmoid": 7, "relu": 0, "abs": 0,
-         "max": 0, "min": 0, "cos": 4, "sin": 4, "round": 0}
+         "max": 0, "min": 0, "cos": 4, "sin": 4, "round": 0, "pow": 16}
 _DIV_ULPS = 2.5
 
 
@@ -577,6 +580,13 @@ def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: fl
             prop = adx
         elif e.fn == "round":   # a step: an error that reaches a half may move the result by one
             prop = np.where(np.abs(x - np.rint(x)) + adx >= 0.5, adx + 1.0, 0.0)
+        elif e.fn == "pow":   # |d x^y| <= |y x^(y-1)| dx + |x^y ln x| dy, while x keeps its sign
+            y, dy = pairs[1]
+            with np.errstate(all="ignore"):
+                safe = np.where(ax > 0, ax, 1.0)
+                prop = np.abs(y * v / safe) * adx + np.abs(v * np.log(safe)) * np.abs(dy)
+            prop = np.where((adx == 0) & (np.abs(dy) == 0), 0.0, np.where(ax > adx, prop, np.inf))
+            return v, prop + 2 * _ULPS[e.fn] * u * np.abs(v)
         elif e.fn == "erf":
             prop = 1.1284 * adx
         elif e.fn == "sigmoid":

@@ -138,6 +138,9 @@ class _Eval:
             if fn == "where":
                 return np.where(self(args[0], "bool"), self(args[1], t), self(args[2], t))
             np_t = np_compute(t)
+            if fn == "pow":
+                with np.errstate(all="ignore"):
+                    return np.power(self(args[0], "float32"), self(args[1], "float32")).astype(np.float32)
             if fn in ("max", "min"):
                 a, b = self(args[0], t), self(args[1], t)
                 if np_t == np.float32:   # NaN propagates, as the kernels' rl_max/rl_min

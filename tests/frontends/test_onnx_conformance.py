@@ -53,7 +53,8 @@ NARROW = ("8-, 4- and 2-bit element types (float8 variants, float4, int4, uint4,
 HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float16 only: OpenCL C has no "
         "bfloat16 type (the importer's caller refuses it before building)")
 ZERO = "zero-size tensors (an empty input, output, slice or split): values have positive sizes (graph IR)"
-POW = "a pow function in the IR: an exponent per element (a constant scalar exponent is translated)"
+POW = ("Pow of an integer base by an exponent per element (a float base, or a constant scalar exponent of any "
+       "base, is translated)")
 BLOCKED = "blocked quantization (block_size: one scale per block of an axis): per tensor and per axis are translated"
 TRAINING = "training mode: Dropout draws a random mask, BatchNormalization returns updated running statistics"
 SEQUENCE = "sequence and optional values: only tensors are imported"
@@ -84,7 +85,7 @@ EXCLUDED: dict[str, str] = {
     r"test_(edge|reflect|wrap)_pad": INT,
     r"test_maxpool_2d_uint8": INT,
     r"test_maxpool_with_argmax_.*": INT,
-    r"test_pow_types_u?int.*": INT,
+    r"test_pow_types_u?int.*": POW,
     r"test_reduce_(max|min)_bool_inputs": INT,
     r"test_(training_)?dropout_.*mask.*": INT,
     r"test_mod_(mixed_sign_int16|uint16|uint32|uint64)": WIDE_INT,
@@ -105,8 +106,6 @@ EXCLUDED: dict[str, str] = {
     r"test_reshape_allowzero_reordered": FOLDED,
     r"test_tri[lu]_zero": FOLDED,
     r"test_causal_conv_with_state_kernel_size_one_expanded": ZERO,
-    # functions and reads the IR lacks
-    r"test_pow(_example|_bcast_array|_types_float32_u?int\d+)?": POW,
     # not inference
     r"test_batchnorm_.*_training_mode": TRAINING,
     r"test_training_dropout(_default)?": TRAINING,

@@ -227,11 +227,23 @@ MAX_PRODUCT_EXPONENT = 16
 
 @translates("Pow")
 def power(ctx: Context, node: onnx.NodeProto) -> None:
-    """x^e for a constant scalar e: products for integers (exact signs for negative bases), square roots for
-    halves, exp(e log x) for the other non-integers (NaN for a negative base, as pow gives)."""
-    e = ctx.const_input(node, 1, "exponent")
-    if e.size != 1:
-        raise ctx.error(node, f"an exponent of {e.size} elements is not supported (a constant scalar is)")
+    """x^e: for a constant scalar e, products for integers (exact signs for negative bases), square roots for
+    halves, exp(e log x) for the other non-integers (NaN for a negative base, as pow gives); any other exponent
+    (per element, computed) by the pow function, on floating-point tensors."""
+    e = ctx.const(node.input[1])
+    if e is None or e.size != 1:
+        kinds = [ctx.element_type(node.input[i]) for i in (0, 1)]
+        if kinds[0] not in ("float32", "float16", "bfloat16"):
+            raise ctx.error(node, f"Pow of an integer base ({kinds[0]}) by an exponent per element is not supported (float "
+                                  "bases are; a constant scalar exponent takes any base)")
+        if e is not None:   # constant exponents (of any type, uint32 too) as float32 values
+            folded = ctx.fresh(node.input[1] + ":float")
+            ctx.fold(folded, e.astype(np.float32))
+            node = onnx.helper.make_node("Pow", [node.input[0], folded], list(node.output), name=node.name)
+            kinds[1] = "float32"
+        cast = "" if kinds[1] in ("float32", "float16", "bfloat16") else "float32"
+        elementwise(ctx, node, lambda x: f"pow({x[0]}, {cast}({x[1]}))", dtype=kinds[0])
+        return
     p = float(e.reshape(-1)[0])
     if p.is_integer() and abs(p) > MAX_PRODUCT_EXPONENT:
         raise ctx.error(node, f"the integer exponent {p:g} is not supported (|e| <= {MAX_PRODUCT_EXPONENT})")
