@@ -13,7 +13,7 @@ from roller import hw as H
 from roller.backends import get
 from roller.construction import construct
 from roller.construction.align import block_sizes
-from roller.construction.layout import choose_layout, packed_variants
+from roller.construction.layout import MEASURE_WITHIN, choose_layout, packed_variants
 from roller.frontends.onnx import import_model
 from roller.graph.passes import pack_constants
 from roller.ir import load_op
@@ -79,16 +79,22 @@ def test_measured_times_choose_the_layout_where_given() -> None:
     op = load_op(conv(320, 1280, 7, k=1))
     variants = packed_variants(op, ["W"], block=16)
     assert variants
+    options = [op, *(v.expr for v in variants)]
+    predicted = [construct(e, CPU, top_k=1)[0].prediction.time_s for e in options]  # type: ignore[union-attr]
+    near = [e.tensor("W").shape for e, t in zip(options, predicted) if t <= MEASURE_WITHIN * min(predicted)]
+    # the layout as given is predicted far slower here: it is not timed at all
+    assert op.tensor("W").shape not in near and near
     seen: list[tuple[int, ...]] = []
 
     def as_given_fastest(e):  # type: ignore[no-untyped-def]
         seen.append(e.tensor("W").shape)
         return 1e-3 if e.tensor("W").shape == op.tensor("W").shape else 2e-3
 
-    # the model picks a packed layout (above); a measurement that says otherwise wins
-    assert choose_layout(op, CPU, ["W"], measured=as_given_fastest) is None
-    assert sorted(seen) == sorted([op.tensor("W").shape] + [v.expr.tensor("W").shape for v in variants])
-    last = variants[-1].expr.tensor("W").shape
+    picked = choose_layout(op, CPU, ["W"], measured=as_given_fastest)
+    assert sorted(seen) == sorted(near)
+    assert picked is not None and picked.expr.tensor("W").shape == near[0]   # a tie: the first near layout
+    # a measurement that disagrees with the model among the near layouts wins
+    last = near[-1]
     picked = choose_layout(op, CPU, ["W"], measured=lambda e: 1e-4 if e.tensor("W").shape == last else 1e-3)
     assert picked is not None and picked.expr.tensor("W").shape == last
     # nothing measured (no kernel ran): the model's choice
