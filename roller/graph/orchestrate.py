@@ -87,32 +87,49 @@ def orchestrate(graph: Graph, seconds: Callable[[TensorExpr], float], max_group:
 def _partition(g: Graph, seconds: Callable[[TensorExpr], float], max_group: int, rows: bool,
                report: FusionReport) -> None:
     """Replace ``g``'s operators, in place, by the cover of candidate kernels of least total predicted time."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import coo_matrix
-
     ops = g.op_nodes
     if not ops:   # a graph of copies and views only
         return
     cands = candidates(g, seconds, max_group, rows)
     report.candidates += len(cands)
-    member, cand = [], []
-    for j, c in enumerate(cands):
-        for i in c.members:
-            member.append(i)
-            cand.append(j)
-    a = coo_matrix((np.ones(len(member)), (member, cand)), shape=(len(ops), len(cands)))
-    # milp needs finite costs: an operator the model cannot predict costs more than any it can
-    cost = np.array([c.seconds for c in cands])
-    finite = cost[np.isfinite(cost)]
-    cost[~np.isfinite(cost)] = 1.0 + 2 * (finite.sum() if finite.size else 1.0)
-    res = milp(cost, constraints=LinearConstraint(a, 1, 1), integrality=np.ones(len(cands)), bounds=Bounds(0, 1))
-    if not res.success:   # the singletons always cover: only a solver failure lands here
-        raise RuntimeError(f"fusion solver failed on {g.name}: {res.message}")
-    for chosen in np.flatnonzero(res.x > 0.5):
+    for chosen in _cover(g.name, [c.members for c in cands], np.array([c.seconds for c in cands]), len(ops)):
         c = cands[int(chosen)]
         if len(c.members) > 1:
             _replace(g, [ops[i] for i in c.members], c.node)
             report.merged += len(c.members) - 1
+
+
+def _cover(name: str, members: list[frozenset[int]], cost: np.ndarray, n_ops: int) -> list[int]:
+    """The candidates (by index) of least total cost that together compute each of ``n_ops`` operators once:
+    scipy's milp, the answer kept in Roller's cache under the problem itself (members and costs), so that a
+    warm build neither solves it again nor imports scipy.optimize (0.35-0.43 s of a 2 s warm build)."""
+    import hashlib
+
+    from roller import cache
+
+    layout = ";".join(",".join(map(str, sorted(m))) for m in members)
+    key = cache.result_key("fusion-cover", str(n_ops), hashlib.sha256(layout.encode() + cost.tobytes()).hexdigest())
+    found = cache.load_result("fusion-cover", key)
+    if isinstance(found, list) and all(isinstance(j, int) and 0 <= j < len(members) for j in found):
+        covered = sorted(i for j in found for i in members[j])
+        if covered == list(range(n_ops)):
+            return found
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    member = [i for m in members for i in m]
+    cand = [j for j, m in enumerate(members) for _ in m]
+    a = coo_matrix((np.ones(len(member)), (member, cand)), shape=(n_ops, len(members)))
+    # milp needs finite costs: an operator the model cannot predict costs more than any it can
+    cost = cost.copy()
+    finite = cost[np.isfinite(cost)]
+    cost[~np.isfinite(cost)] = 1.0 + 2 * (finite.sum() if finite.size else 1.0)
+    res = milp(cost, constraints=LinearConstraint(a, 1, 1), integrality=np.ones(len(members)), bounds=Bounds(0, 1))
+    if not res.success:   # the singletons always cover: only a solver failure lands here
+        raise RuntimeError(f"fusion solver failed on {name}: {res.message}")
+    chosen = [int(j) for j in np.flatnonzero(res.x > 0.5)]
+    cache.store_result("fusion-cover", key, chosen)
+    return chosen
 
 
 def candidates(g: Graph, seconds: Callable[[TensorExpr], float], max_group: int = MAX_GROUP,
