@@ -44,6 +44,8 @@ def qdq_to_qlinear(model: onnx.ModelProto) -> onnx.ModelProto:
     int32 bias with no zero point whose scale is the input's times the weight's (as the quantizer writes it),
     and a product that the QuantizeLinear alone reads."""
     g = model.graph
+    if not any(n.op_type == "QuantizeLinear" for n in g.node):   # no group: no initializer read twice
+        return model
     consts = _constants(g)
     producer = {o: n for n in g.node for o in n.output if o}
     readers: dict[str, list[onnx.NodeProto]] = {}
