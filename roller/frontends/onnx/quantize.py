@@ -84,16 +84,24 @@ def _aligned(ctx: Context, node: onnx.NodeProto, i: int, shape: Sequence[int], a
         if int(np.prod(shape_of(ctx, name))) == 1:
             return name
         c = ctx.const_input(node, i, f"a per-axis {what}")
-    if c.size != 1 and (c.ndim != 1 or len(shape) == 0 or c.size != shape[axis]):
-        raise ctx.error(node, f"{what} of shape {list(c.shape)} is neither one value nor one per element of "
-                              f"axis {axis} of {list(shape)}")
-    view = c.reshape([1] * len(shape)) if c.size == 1 else \
-        c.reshape([c.size if d == axis else 1 for d in range(len(shape))])
+    view = _along(ctx, node, c, shape, axis, what)
     if as_float:
         view = view.astype(np.float32)
     new = ctx.fresh(f"{name}:{what.replace(' ', '_')}")
     ctx.fold(new, view)
     return new
+
+
+def _along(ctx: Context, node: onnx.NodeProto, c: np.ndarray, shape: Sequence[int], axis: int, what: str
+           ) -> np.ndarray:
+    """``c`` (a scale or a zero point: one value, or one per element of ``axis``) shaped to broadcast against
+    ``shape``."""
+    if c.size == 1:
+        return c.reshape([1] * len(shape))
+    if c.ndim != 1 or len(shape) == 0 or c.size != shape[axis]:
+        raise ctx.error(node, f"{what} of shape {list(c.shape)} is neither one value nor one per element of "
+                              f"axis {axis} of {list(shape)}")
+    return c.reshape([c.size if d == axis else 1 for d in range(len(shape))])
 
 
 def _quantized_type(ctx: Context, node: onnx.NodeProto, zp: int, attr: str | None = None) -> str:
@@ -178,16 +186,9 @@ def _constant_params(ctx: Context, node: onnx.NodeProto) -> tuple[np.ndarray, np
     _no_blocks(ctx, node)
     x = np.asarray(ctx.const(node.input[0]))
     axis = _axis(ctx, node, x.ndim)
-    scale = np.asarray(ctx.const(node.input[1]))
+    scale = _along(ctx, node, np.asarray(ctx.const(node.input[1])), x.shape, axis, "scale")
     zero = np.asarray(ctx.const(node.input[2])) if ctx.has(node, 2) else np.zeros((), np.int32)
-    shaped = []
-    for what, c in (("scale", scale), ("zero point", zero)):
-        if c.size != 1 and (c.ndim != 1 or x.ndim == 0 or c.size != x.shape[axis]):
-            raise ctx.error(node, f"{what} of shape {list(c.shape)} is neither one value nor one per element of "
-                                  f"axis {axis} of {list(x.shape)}")
-        shaped.append(c.reshape([1] * x.ndim) if c.size == 1 else
-                      c.reshape([c.size if d == axis else 1 for d in range(x.ndim)]))
-    return x, shaped[0], shaped[1].astype(np.int32)
+    return x, scale, _along(ctx, node, zero, x.shape, axis, "zero point").astype(np.int32)
 
 
 @folds("DequantizeLinear")
@@ -377,7 +378,8 @@ def _qlinear(ctx: Context, node: onnx.NodeProto, channels: int) -> tuple[np.ndar
 
 @translates("QLinearConv")
 def qlinear_conv(ctx: Context, node: onnx.NodeProto) -> None:
-    f = shape_of(ctx, node.input[3])[0] if shape_of(ctx, node.input[3]) else 0
+    w_shape = shape_of(ctx, node.input[3])
+    f = w_shape[0] if w_shape else 0
     multiplier, out_t, zy = _qlinear(ctx, node, f)
     bias = None
     if ctx.has(node, 8):
