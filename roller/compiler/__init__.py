@@ -10,6 +10,7 @@ ONNX backend interface). Imports are inside the functions so that ``import rolle
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -110,7 +111,8 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
             options = {"top_k": top_k, "evaluate": evaluate, "cache": cache, "jobs": jobs, "progress": progress,
                        "fuse": method}
             return dynamic_model(source, target, dims, ranges, options, generic=generic)
-        graph = import_model(source, shapes, source=given.source)
+        graph = import_model(source, shapes, source=given.source, data=given.data)
+        given = dataclasses.replace(given, data=None)   # the file's bytes are not kept through the build
         source = with_shapes(source, shapes) if shapes else source
     imported = time.perf_counter() - t0
     built = build_model(graph, target, method=method, top_k=top_k, evaluate=evaluate, cache=cache, jobs=jobs,

@@ -40,6 +40,7 @@ class ModelInput:
     proto: Any = None  # onnx.ModelProto, or None for a graph given as it is
     graph: Graph | None = None
     source: str | None = None  # the file it was read from, for messages and the graph's name
+    data: bytes | None = None  # the bytes ``proto`` was parsed from, for the ONNX checker (None: not kept)
 
     @property
     def name(self) -> str:
@@ -105,10 +106,10 @@ def as_model(x: Any) -> ModelInput:
     if not (isinstance(x, (str, os.PathLike, bytes)) or _is_proto(x)):
         raise InputError(f"expected a model: an ONNX file's path, its bytes, an onnx.ModelProto or a "
                          f"roller.graph.Graph; got {type(x).__name__}")
-    from roller.frontends.onnx import load_model
+    from roller.frontends.onnx.importer import read_model
 
-    proto, source = load_model(x)
-    return ModelInput(proto=proto, source=source if isinstance(x, (str, os.PathLike)) else None)
+    proto, source, data = read_model(x)
+    return ModelInput(proto=proto, source=source if isinstance(x, (str, os.PathLike)) else None, data=data)
 
 
 def checked_shapes(shapes: Any, proto: Any) -> dict[str, list[int]] | None:

@@ -178,46 +178,66 @@ def _merge_one(g: Graph, step: Callable[[Graph, OpNode, OpNode], OpNode | None],
                accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]]) -> bool:
     """Apply ``step`` (``fold_step``: a consumer into its producer's epilogue; ``stage_step``: a reduction into
     the row kernel reading it) to one producer-consumer pair; False when it applies to none."""
-    producer = g.producer()
-    for c in g.op_nodes:
-        for v in dict.fromkeys(c.inputs):
-            p = producer.get(v)
-            key = (kind, v, c.output)
-            if not isinstance(p, OpNode) or key in rejected:
-                continue
-            node = step(g, p, c)
-            if node is None:
-                continue
-            if accept is not None and not accept(node.expr, [p.expr, c.expr]):
-                rejected.add(key)
-                report.rejected += 1
-                continue
-            _replace(g, [p, c], node)
-            setattr(report, kind, getattr(report, kind) + 1)
-            return True
-    return False
+    found = None
+    with g.unchanged():
+        producer = g.producer()
+        for c in g.op_nodes:
+            for v in dict.fromkeys(c.inputs):
+                p = producer.get(v)
+                key = (kind, v, c.output)
+                if not isinstance(p, OpNode) or key in rejected:
+                    continue
+                node = step(g, p, c)
+                if node is None:
+                    continue
+                if accept is not None and not accept(node.expr, [p.expr, c.expr]):
+                    rejected.add(key)
+                    report.rejected += 1
+                    continue
+                found = (p, c, node)
+                break
+            if found is not None:
+                break
+    if found is None:
+        return False
+    p, c, node = found
+    _replace(g, [p, c], node)
+    setattr(report, kind, getattr(report, kind) + 1)
+    return True
 
 
 def _inline_one(g: Graph, accept: Accept | None, report: FusionReport, rejected: set[tuple[str, ...]],
                 only_shared: bool = False, keep: Callable[[Graph, OpNode], bool] | None = None) -> bool:
     """Inline one elementwise producer into all of its readers (``only_shared``: one with several readers; not
     one ``keep`` keeps); False when none can be."""
-    for p in g.op_nodes:
-        if ("inline", p.output) in rejected or (keep is not None and keep(g, p)):
-            continue
-        pairs = inline_step(g, p)
-        if pairs is None or (only_shared and len(pairs) < 2):
-            continue
-        if accept is not None and not all(accept(f.expr, [p.expr, c.expr]) for c, f in pairs):
-            rejected.add(("inline", p.output))
-            report.rejected += 1
-            continue
-        for c, f in pairs:
-            _replace(g, [c], f)
-        g.nodes[:] = [n for n in g.nodes if n is not p]
-        report.inlined += 1
-        return True
-    return False
+    found = None
+    with g.unchanged():
+        for p in g.op_nodes:
+            if ("inline", p.output) in rejected or (only_shared and _distinct_readers(g, p.output) < 2) or \
+                    (keep is not None and keep(g, p)):
+                continue
+            pairs = inline_step(g, p)
+            if pairs is None or (only_shared and len(pairs) < 2):
+                continue
+            if accept is not None and not all(accept(f.expr, [p.expr, c.expr]) for c, f in pairs):
+                rejected.add(("inline", p.output))
+                report.rejected += 1
+                continue
+            found = (p, pairs)
+            break
+    if found is None:
+        return False
+    p, pairs = found
+    for c, f in pairs:
+        _replace(g, [c], f)
+    g.nodes[:] = [n for n in g.nodes if n is not p]
+    report.inlined += 1
+    return True
+
+
+def _distinct_readers(g: Graph, value: str) -> int:
+    """How many steps read ``value``, directly or through views (counted before building any rewrite)."""
+    return len({id(n) for n in _readers(g, value, g.consumers())})
 
 
 def foldable(g: Graph, p: OpNode) -> bool:

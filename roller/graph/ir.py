@@ -17,7 +17,8 @@ Constants are numpy arrays uploaded once per model. ``Graph.check()`` is the inv
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -144,6 +145,21 @@ class Graph:
         """This graph, promised never to change its steps again: its maps are built once and trusted."""
         self._fixed = True
         return self
+
+    @contextmanager
+    def unchanged(self) -> Iterator[Graph]:
+        """This graph, its maps trusted without checking the steps against them until the block ends: a scan
+        that changes nothing asks for them thousands of times (comparing the step list each time was 0.8 s of
+        BERT-base's 2.2 s warm fusion). Change no step inside the block."""
+        if self._fixed:
+            yield self
+            return
+        self._maps()
+        self._fixed = True
+        try:
+            yield self
+        finally:
+            self._fixed = False
 
     def replaced_from(self, parent: Graph, old: Sequence[Node], new: Node) -> Graph:
         """This graph, which is ``parent`` with ``old`` replaced by ``new`` placed where the last of them was

@@ -22,6 +22,7 @@ import numpy as np
 
 from roller.graph.fusion import (
     FusionReport,
+    _distinct_readers,
     _inline_one,
     _replace,
     _view_source,
@@ -169,12 +170,13 @@ def _merges(h: Graph, cur: OpNode, rows: bool) -> list[tuple[OpNode, OpNode]]:
     pairs_of += [(p, cur, p) for p in (producer.get(v) for v in dict.fromkeys(cur.inputs)) if isinstance(p, OpNode)]
     out = [(other, node) for p, c, other in pairs_of for step in steps
            if (node := step(h, p, c)) is not None]
-    pairs = inline_step(h, cur)   # cur inlined into its one reader
+    # inlining builds the fused operator of every reader: asked only of an operator with one
+    pairs = inline_step(h, cur) if _distinct_readers(h, cur.output) == 1 else None   # cur into its reader
     if pairs is not None and len(pairs) == 1:
         out.append(pairs[0])
     for v in dict.fromkeys(cur.inputs):
         src = producer.get(_view_source(h, v)[0])
-        if isinstance(src, OpNode):   # an elementwise producer inlined into cur
+        if isinstance(src, OpNode) and _distinct_readers(h, src.output) == 1:   # its producer into cur
             pairs = inline_step(h, src)
             if pairs is not None and len(pairs) == 1 and pairs[0][0] is cur:
                 out.append((src, pairs[0][1]))

