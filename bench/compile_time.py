@@ -33,7 +33,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODELS = ("resnet18", "resnet50", "mobilenet_v2", "densenet121", "bert_base_layer", "bert")
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121", "bert_base_layer", "bert")
 STAGES = ("import", "fuse", "pad", "pack", "build", "compile", "plan")
 
 CHILD = """

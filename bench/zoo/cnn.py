@@ -158,6 +158,61 @@ def mobilenet_v2() -> nn.Module:
     return MobileNetV2()
 
 
+# -- EfficientNet-B0 ---------------------------------------------------------------------------------------
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.activation = nn.SiLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = F.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.fc2(self.activation(self.fc1(scale))))
+
+
+class MBConv(nn.Module):
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int, expand_ratio: int) -> None:
+        super().__init__()
+        hidden = cin * expand_ratio   # every width of B0 is a multiple of 8: _make_divisible changes nothing
+        self.use_res_connect = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if expand_ratio != 1:
+            layers.append(_conv_bn(cin, hidden, 1, act=nn.SiLU))
+        layers += [_conv_bn(hidden, hidden, kernel, stride, (kernel - 1) // 2, groups=hidden, act=nn.SiLU),
+                   SqueezeExcitation(hidden, max(1, cin // 4)), _conv_bn(hidden, cout, 1, act=None)]
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # stochastic depth is the identity in eval mode
+        return x + self.block(x) if self.use_res_connect else self.block(x)
+
+
+class EfficientNetB0(nn.Module):
+    # (expansion, kernel, first stride, input channels, output channels, repeats): width and depth 1.0
+    SETTINGS = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+                (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        features: list[nn.Module] = [_conv_bn(3, 32, 3, 2, 1, act=nn.SiLU)]
+        for t, k, s, cin, cout, n in self.SETTINGS:
+            features.append(nn.Sequential(*(MBConv(cin if i == 0 else cout, cout, k, s if i == 0 else 1, t)
+                                            for i in range(n))))
+        features.append(_conv_bn(320, 1280, 1, act=nn.SiLU))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(0.2, inplace=True), nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+def efficientnet_b0() -> nn.Module:
+    return EfficientNetB0()
+
+
 # -- DenseNet ----------------------------------------------------------------------------------------------
 
 class DenseLayer(nn.Module):
