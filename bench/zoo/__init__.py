@@ -33,6 +33,9 @@ load the same command gave 2-5x these times (best of four runs shown).
                                                                  Flatten 1, Gemm 1, GlobalAveragePool 1
     efficientnet_b0       239    5,267,540    5,288,548    11.7  Conv 81, Mul 65, Sigmoid 65, GlobalAveragePool 17,
                                                                  Add 9, Flatten 1, Gemm 1
+    deeplabv3_resnet50    152   39,610,517   39,638,869   210.6  Conv 61, Relu 56, Add 16, Constant 8, Concat 3,
+                                                                 Resize 2, Shape 2, Slice 2, GlobalAveragePool 1,
+                                                                 MaxPool 1
     densenet121           372    8,040,040    7,978,856    30.9  Relu 121, Conv 120, BatchNormalization 62,
                                                                  Concat 62, AveragePool 3, Flatten 1, Gemm 1,
                                                                  GlobalAveragePool 1, MaxPool 1
@@ -56,14 +59,15 @@ load the same command gave 2-5x these times (best of four runs shown).
                                                                  Mul 2, Erf 1, Softmax 1
 
 With ``--keep-batchnorm`` the op types are the same plus one BatchNormalization per Conv that has one (resnet18
-20, resnet50 53, mobilenet_v2 52, efficientnet_b0 49, densenet121 121, googlenet 57, inception_v3 94,
-shufflenet_v2_x1_0 56).
+20, resnet50 53, mobilenet_v2 52, efficientnet_b0 49, deeplabv3_resnet50 60, densenet121 121, googlenet 57,
+inception_v3 94, shufflenet_v2_x1_0 56).
 
-What an importer has to cover, over the whole zoo: 25 op types (Add, AveragePool, BatchNormalization, Clip,
+What an importer has to cover, over the whole zoo: 26 op types (Add, AveragePool, BatchNormalization, Clip,
 Concat, Constant, Conv, Div, Erf, Flatten, Gather, Gemm, GlobalAveragePool, LayerNormalization, MatMul,
-MaxPool, Mul, ReduceMean, Relu, Reshape, Shape, Sigmoid, Slice, Softmax, Transpose), and these attributes and
+MaxPool, Mul, ReduceMean, Relu, Reshape, Resize, Shape, Sigmoid, Slice, Softmax, Transpose), and these attributes and
 forms: Conv with group = channels (depthwise: mobilenet_v2, efficientnet_b0 with 5x5 kernels too, shufflenet),
-squeeze-and-excitation (a GlobalAveragePool's channels scaling its input: efficientnet_b0), rectangular kernels 1x3, 3x1, 1x7, 7x1 with
+squeeze-and-excitation (a GlobalAveragePool's channels scaling its input: efficientnet_b0), dilated 3x3
+convolutions at rates 2-36 and bilinear Resize to a size computed from a Shape (deeplabv3_resnet50), rectangular kernels 1x3, 3x1, 1x7, 7x1 with
 their own pads (inception_v3), 11x11 stride 4 (alexnet); MaxPool with ceil_mode 1, also with stride 1 and pads 1
 (googlenet, squeezenet); AveragePool with count_include_pad 1 and pads (inception_v3) and a 1x1 AveragePool that
 is adaptive pooling to the size it already has (vgg11, alexnet); Clip with min and max as Constant inputs
@@ -132,6 +136,7 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("mobilenet_v2", "cnn", _image(), ("logits",), 3_504_872),
     Spec("efficientnet_b0", "cnn", _image(), ("logits",), 5_288_548),
     Spec("densenet121", "cnn", _image(), ("logits",), 7_978_856),
+    Spec("deeplabv3_resnet50", "cnn", _image(), ("scores",), 39_638_869),
     Spec("googlenet", "cnn", _image(), ("logits",), 6_624_904),
     Spec("inception_v3", "cnn", _image(299), ("logits",), 23_834_568),
     Spec("squeezenet1_1", "cnn", _image(), ("logits",), 1_235_496, batchnorm=False),
@@ -200,6 +205,10 @@ def mobilenet_v2(keep_batchnorm: bool = False) -> onnx.ModelProto:
 
 def efficientnet_b0(keep_batchnorm: bool = False) -> onnx.ModelProto:
     return export("efficientnet_b0", keep_batchnorm)
+
+
+def deeplabv3_resnet50(keep_batchnorm: bool = False) -> onnx.ModelProto:
+    return export("deeplabv3_resnet50", keep_batchnorm)
 
 
 def densenet121(keep_batchnorm: bool = False) -> onnx.ModelProto:

@@ -19,8 +19,8 @@ IntPair = int | tuple[int, int]
 
 
 def _conv_bn(cin: int, cout: int, kernel: IntPair, stride: IntPair = 1, padding: IntPair = 0, groups: int = 1,
-             eps: float = 1e-5, act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, bias=False),
+             eps: float = 1e-5, act: type[nn.Module] | None = nn.ReLU, dilation: int = 1) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups=groups, bias=False),
                                nn.BatchNorm2d(cout, eps=eps)]
     if act is not None:
         layers.append(act(inplace=True))
@@ -53,11 +53,12 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, cin: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+    def __init__(self, cin: int, planes: int, stride: int = 1, downsample: nn.Module | None = None,
+                 dilation: int = 1) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, dilation, dilation=dilation, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(planes * 4)
@@ -74,29 +75,38 @@ class Bottleneck(nn.Module):
 
 class ResNet(nn.Module):
     def __init__(self, block: type[BasicBlock | Bottleneck], layers: Sequence[int],
-                 num_classes: int = 1000) -> None:
+                 num_classes: int = 1000, dilate: tuple[bool, bool, bool] = (False, False, False)) -> None:
         super().__init__()
         self.inplanes = 64
+        self.dilation = 1
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         self.layer1 = self._layer(block, 64, layers[0], 1)
-        self.layer2 = self._layer(block, 128, layers[1], 2)
-        self.layer3 = self._layer(block, 256, layers[2], 2)
-        self.layer4 = self._layer(block, 512, layers[3], 2)
+        self.layer2 = self._layer(block, 128, layers[1], 2, dilate[0])
+        self.layer3 = self._layer(block, 256, layers[2], 2, dilate[1])
+        self.layer4 = self._layer(block, 512, layers[3], 2, dilate[2])
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(512 * block.expansion, num_classes)
 
     def _layer(self, block: type[BasicBlock | Bottleneck], planes: int, blocks: int,
-               stride: int) -> nn.Sequential:
+               stride: int, dilate: bool = False) -> nn.Sequential:
+        # torchvision's replace_stride_with_dilation: the layer keeps its resolution and dilates instead, its
+        # first block at the dilation before it
+        before = self.dilation
+        if dilate:
+            self.dilation *= stride
+            stride = 1
         downsample = None
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
                                        nn.BatchNorm2d(planes * block.expansion))
-        layers = [block(self.inplanes, planes, stride, downsample)]
+        first = {"dilation": before} if before != 1 else {}
+        layers = [block(self.inplanes, planes, stride, downsample, **first)]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        rest = {"dilation": self.dilation} if self.dilation != 1 else {}
+        layers += [block(self.inplanes, planes, **rest) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -111,6 +121,47 @@ def resnet18() -> nn.Module:
 
 def resnet50() -> nn.Module:
     return ResNet(Bottleneck, [3, 4, 6, 3])
+
+
+# -- DeepLabV3 (ResNet-50 backbone, no auxiliary classifier) ------------------------------------------------
+
+class ASPP(nn.Module):
+    def __init__(self, cin: int, rates: Sequence[int], cout: int = 256) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([_conv_bn(cin, cout, 1)] + [_conv_bn(cin, cout, 3, 1, r, dilation=r)
+                                                                for r in rates])
+        self.pooling = _conv_bn(cin, cout, 1)
+        self.project = nn.Sequential(_conv_bn(cout * (len(rates) + 2), cout, 1), nn.Dropout(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = self.pooling(F.adaptive_avg_pool2d(x, 1))
+        branches = [conv(x) for conv in self.convs]
+        branches.append(F.interpolate(pooled, size=x.shape[-2:], mode="bilinear", align_corners=False))
+        return self.project(torch.cat(branches, dim=1))
+
+
+class DeepLabV3(nn.Module):
+    """torchvision's ``deeplabv3_resnet50(weights=None, weights_backbone=None, aux_loss=False)``: output stride
+    8 (layer3 and layer4 dilated), the ASPP head with rates 12, 24, 36, the classes' scores upsampled
+    bilinearly to the input's size."""
+
+    def __init__(self, num_classes: int = 21) -> None:
+        super().__init__()
+        backbone = ResNet(Bottleneck, [3, 4, 6, 3], dilate=(False, True, True))
+        del backbone.avgpool, backbone.fc   # torchvision's IntermediateLayerGetter keeps layers up to layer4
+        self.backbone = backbone
+        self.classifier = nn.Sequential(ASPP(2048, (12, 24, 36)), _conv_bn(256, 256, 3, 1, 1),
+                                        nn.Conv2d(256, num_classes, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.backbone
+        y = b.maxpool(b.relu(b.bn1(b.conv1(x))))
+        y = self.classifier(b.layer4(b.layer3(b.layer2(b.layer1(y)))))
+        return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def deeplabv3_resnet50() -> nn.Module:
+    return DeepLabV3()
 
 
 # -- MobileNetV2 -------------------------------------------------------------------------------------------
