@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.graph.ir import CopyNode, Graph, OpNode, Piece, Value, ViewNode
 from roller.ir.build import Where, build_expr
@@ -219,10 +220,10 @@ class Context:
         shapes = {t: list(self.graph.values[v].shape) for t, v in inputs.items()}
         shapes["Y"] = [int(d) for d in shape]
         dtypes = {t: self.graph.values[v].dtype for t, v in inputs.items()}
-        if dtype is None:
-            computed = [self.graph.values[v].dtype for v in inputs.values() if v not in self.graph.constants]
-            dtype = computed[0] if computed else "float32"
+        dtype = dtype or self._computed_type(inputs)
         dtypes["Y"] = dtype
+        if 0 in shape:
+            return self.empty(output, shape, dtype or self._computed_type(inputs))
         kind = kind or node.op_type.lower()
         self._count += 1
         name = re.sub(r"[^a-z0-9]", "", kind) or "op"
@@ -238,14 +239,31 @@ class Context:
                                        self.where(node)))
         return output
 
+    def _computed_type(self, inputs: Mapping[str, str]) -> str:
+        computed = [self.graph.values[v].dtype for v in inputs.values() if v not in self.graph.constants]
+        return computed[0] if computed else "float32"
+
+    def empty(self, output: str, shape: Sequence[int], dtype: str) -> str:
+        """``output``, a value with a zero dimension: known at import (no elements), so no step makes it; a
+        reader of it alone is folded, a copy leaves it out, and an elementwise result is empty again."""
+        arr: np.ndarray = np.zeros(tuple(int(d) for d in shape), dtype_of(dtype).host)
+        self.fold(output, arr)
+        self.declare(output, arr.shape, dtype)
+        self.graph.constants[output] = arr
+        return output
+
     def view(self, node: onnx.NodeProto, source: str, output: str, shape: Sequence[int]) -> str:
         src = self.graph.values[source]
+        if 0 in shape:
+            return self.empty(output, shape, src.dtype)
         self.declare(output, shape, src.dtype)
         self.graph.nodes.append(ViewNode(node.name or node.op_type, source, output, self.where(node)))
         return output
 
     def copy(self, node: onnx.NodeProto, pieces: Sequence[Piece], output: str, shape: Sequence[int]) -> str:
         dtype = self.graph.values[pieces[0].source].dtype
+        if 0 in shape:
+            return self.empty(output, shape, dtype)
         self.declare(output, shape, dtype)
         self.graph.nodes.append(CopyNode(node.name or node.op_type, tuple(pieces), output, self.where(node)))
         return output

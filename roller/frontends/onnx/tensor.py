@@ -186,10 +186,7 @@ def slice_(ctx: Context, node: onnx.NodeProto) -> None:
             raise ctx.error(node, "a step of 0")
         lo, hi, _ = slice(s, e, st).indices(x.shape[d])
         n = len(range(lo, hi, st))
-        if n == 0:
-            raise ctx.error(node, f"the slice of axis {d} is empty (starts {starts}, ends {ends}, steps {steps} of "
-                                  f"{list(x.shape)}); zero-size tensors are not supported")
-        first[d], count[d], step[d] = lo, n, st
+        first[d], count[d], step[d] = lo, n, st   # an empty slice is an empty value (``Context.empty``)
     if all(s == 1 for s in step):
         ctx.copy(node, [Piece(x.name, tuple(first), (0,) * rank, tuple(count))], node.output[0], count)
         return
@@ -219,6 +216,10 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
     flat = [int(i) + x.shape[axis] if int(i) < 0 else int(i) for i in idx.reshape(-1)]
     if any(not 0 <= i < x.shape[axis] for i in flat):
         raise ctx.error(node, f"indices {flat} out of range for axis {axis} of size {x.shape[axis]}")
+    out_shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
+    if not flat:
+        ctx.empty(node.output[0], out_shape, x.dtype)
+        return
     box = list(x.shape)
     box[axis] = len(flat)
     # Consecutive indices are one box (position ids arange(s) take the first s rows in one piece, whatever s:
@@ -234,7 +235,6 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
         src, dst, shape = [0] * rank, [0] * rank, list(x.shape)
         src[axis], dst[axis], shape[axis] = i, k, n
         pieces.append(Piece(x.name, tuple(src), tuple(dst), tuple(shape)))
-    out_shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
     if out_shape == box:
         ctx.copy(node, pieces, node.output[0], box)
     else:
