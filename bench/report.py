@@ -219,7 +219,8 @@ def _models(r: Result) -> list[str]:
     body.append(["**geomean**", "-", "-", _f(geo[0], "**{:.2f}x**"), _f(geo[1], "{:.2f}x"), "-",
                  _f(geo[2], "**{:.2f}x**"), "-", "-"])
     return ["", *_table(["model", "onnxruntime ms", "Roller ms (top-1)", "top-1 / ORT", "unfused / ORT",
-                         "top-10 timed ms", "top-10 timed / ORT", "kernels launched", "max abs err"], body)]
+                         "top-10 timed ms", "top-10 timed / ORT", "kernels launched", "max abs err"], body)] + \
+        (["", str(r.doc["remark"])] if r.doc.get("remark") else [])
 
 
 MODELS = ["## Whole models against onnxruntime (CPU)", "",
