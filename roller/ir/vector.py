@@ -23,7 +23,7 @@ def flat_step(shape: tuple[int, ...], index: tuple[Affine, ...], axis: str) -> i
     return step
 
 
-def reduction_vector(expr: TensorExpr) -> tuple[str, int] | None:
+def reduction_vector(expr: TensorExpr, converted: frozenset[str] = frozenset()) -> tuple[str, int] | None:
     """(axis, width) where a CPU kernel walks the reduction in vectors along its innermost axis instead of
     vectorising the outputs along the last spatial axis, else None.
 
@@ -33,10 +33,11 @@ def reduction_vector(expr: TensorExpr) -> tuple[str, int] | None:
     (every input moves with every spatial axis, so no read is shared between outputs), where every input that
     moves with the innermost reduction axis moves by one element, where some input moves along the last
     spatial axis by other than one element (else vectors along it load whole, as now), and where the axis is
-    at least one 8-wide vector long."""
+    at least one 8-wide vector long. ``converted``: element types the backend loads and stores as vectors of
+    the accumulator's type (float16 on OpenCL)."""
     if expr.reduce_op is None or expr.stages or not expr.reduce_axes or expr.epilogue_inputs:
         return None
-    if any(t.dtype != expr.acc_dtype for t in expr.tensors):
+    if any(t.dtype != expr.acc_dtype and t.dtype not in converted for t in expr.tensors):
         return None
     axis = expr.reduce_axes[-1]
     width = next((w for w in VECTOR_WIDTHS if w <= axis.extent), 0)

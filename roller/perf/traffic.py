@@ -82,7 +82,8 @@ class TileGeometry:
             _lane_gathered(t, idx, axis, expr.extents) for t in expr.body_inputs for idx in expr.accesses(t.name))
         # A reduction whose rows are contiguous walks them in vectors instead (roller.ir.vector): no lane gathers,
         # no vector axis among the outputs, and vectors of ``width`` reduction points.
-        self.reduce_vector = reduction_vector(expr)
+        # (The CPU dialect converts float16 vectors as it loads and stores them.)
+        self.reduce_vector = reduction_vector(expr, frozenset({"float16"}))
         if self.reduce_vector is not None:
             self.vector_axis, self.lane_gathers = None, False
         # Whether the vector path stores its lanes one by one: the output does not run along the vector axis (a

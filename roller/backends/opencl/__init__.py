@@ -28,7 +28,9 @@ DIALECT = Dialect(
            "cos": "cos({0})", "sin": "sin({0})", "round": "rint({0})", "pow": "pow({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
     wide_index=True, streaming_store="__builtin_nontemporal_store({v}, (__global {vtype}*)({ptr}))",
-    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")}, language="OpenCL C")
+    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")},
+    vector_io={"ushort": ("rl_h2f_v(vload{w}(0, {ptr}))", "vstore{w}(rl_f2h_v({v}), 0, {ptr})")},
+    language="OpenCL C")
 
 
 def streaming(hw: HardwareDesc) -> Streaming | None:

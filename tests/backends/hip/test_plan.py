@@ -42,6 +42,8 @@ WORD = re.compile(r"[A-Za-z_]\w*")
 CONVERSIONS = {load.split("{")[0]: CL.to_acc.split("{")[0] for load, _ in CL.conversions.values()}
 CONVERSIONS.update({store.split("{")[0]: CL.from_acc.format(ctype=ctype, x="\0").split("\0")[0]
                     for ctype, (_, store) in CL.conversions.items()})
+# and stores a vector of them through its own conversion (Dialect.vector_io), where HIP renders no vectors
+CONVERSIONS = {CL.vstore_format(CL.ctype["float16"]): HIP.vstore_format(HIP.ctype["float16"]), **CONVERSIONS}
 
 
 def cl_casts(value: Any) -> Any:

@@ -162,7 +162,7 @@ def vectorise(prog: RProgram, expr: TensorExpr, spatial: list[AxisPlan], inputs:
     register tile in vectors (``tile_vectors``), whose output streams only where every extent is known here."""
     if not (blocked and not staged and d.vector_loads) or expr.typed:   # typed bodies print scalars only
         return None, None
-    form = reduction_vector(expr)
+    form = reduction_vector(expr, frozenset(t for t, c in d.ctype.items() if c in d.vector_io))
     if form is not None:
         return form, None
     return None, tile_vectors(expr, spatial, inputs, out, d, None if prog.runtime else streaming)
@@ -179,7 +179,7 @@ def tile_vectors(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorP
     ax = spatial[-1]
     width = vector_width(ax.thread)
     acc = d.ctype[expr.acc_dtype]
-    if not width or any(d.ctype[t.dtype] != acc for t in (*expr.inputs, expr.output)):
+    if not width or not all(d.vector_type_ok(d.ctype[t.dtype], acc) for t in (*expr.inputs, expr.output)):
         return None
     partial = {a.name: a.extent for a in spatial if a.extent % a.block}
     contiguous = out.view is None and flat_coef(expr.out_index, out.strides, ax.name) == 1
@@ -195,7 +195,9 @@ def tile_vectors(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorP
     # than 4x32 ones, whose single run's start was a constant anyway (docs/opencl.md).
     cross = ax.extent // ax.thread * ax.thread if ax.name in partial and ax.extent % ax.thread else None
     skip = cross is not None and ax.blocks * ax.block // ax.thread > cross // ax.thread + 1
-    stream = contiguous and streaming is not None and streamed(expr, ax, width, out, d, streaming)
+    # (a converting store has no streaming form)
+    stream = contiguous and streaming is not None and d.ctype[expr.output.dtype] == acc and \
+        streamed(expr, ax, width, out, d, streaming)
     return VecSchedule(width, across, contiguous, cross, skip, interior(expr, spatial, inputs, rows), stream)
 
 
@@ -265,7 +267,7 @@ def row_vector_width(expr: TensorExpr, cols: list[Axis], d: Dialect, blocked: bo
     width = next((w for w in VECTOR_WIDTHS if w <= cols[-1].extent), 0) if cols else 0
     acc = d.ctype[expr.acc_dtype]
     if d.vector_loads and blocked and len(cols) == 1 and width and \
-            all(d.ctype[t.dtype] == acc for t in expr.tensors):
+            all(d.vector_type_ok(d.ctype[t.dtype], acc) for t in expr.tensors):
         return width
     return 0
 

@@ -38,6 +38,10 @@ class Dialect:
     # storage ctype -> (to_acc, from_acc) where a plain cast does not convert (OpenCL keeps float16 as the bits
     # in a ushort: without cl_khr_fp16 a half can only be read and written through vload_half/vstore_half)
     conversions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # storage ctype -> (vector load, vector store) where vloadN/vstoreN do not convert: {w} the width, {ptr} the
+    # first element's address, {v} the vector stored (OpenCL converts vectors of float16 bits to and from floatN,
+    # rounding to nearest even as its scalar rl_f2h does: float16 kernels vectorise like float32 ones)
+    vector_io: dict[str, tuple[str, str]] = field(default_factory=dict)
     language: str = "C"  # for messages
     # the unsigned type of each integer element type (typed bodies wrap through it, plan/typed.py)
     unsigned: dict[str, str] = field(default_factory=dict)
@@ -50,6 +54,18 @@ class Dialect:
     def store(self, ctype: str, x: str) -> str:
         """Accumulator value ``x`` as storage type ``ctype``."""
         return self.conversions.get(ctype, ("", self.from_acc))[1].format(ctype=ctype, x=x)
+
+    def vector_type_ok(self, ctype: str, acc: str) -> bool:
+        """Whether elements of ``ctype`` load and store as vectors of ``acc`` (the same type, or converted)."""
+        return ctype == acc or ctype in self.vector_io
+
+    def vload(self, ctype: str, width: int, ptr: str) -> str:
+        """``width`` elements of storage type ``ctype`` from ``ptr`` as one accumulator vector."""
+        return self.vector_io.get(ctype, ("vload{w}(0, {ptr})", ""))[0].format(w=width, ptr=ptr)
+
+    def vstore_format(self, ctype: str) -> str:
+        """How an accumulator vector ``{v}`` of width ``{w}`` is stored at ``{ptr}`` as ``ctype``."""
+        return self.vector_io.get(ctype, ("", "vstore{w}({v}, 0, {ptr})"))[1]
 
 
 @dataclass
@@ -251,6 +267,7 @@ class KernelPlan:
     typed_store: Callable[[str, str], str] | None = None
     helpers: str = ""
     n_rtiles_c: str = ""  # the staged reduction's tile count where a reduced axis's extent is an argument
+    out_vstore: str = "vstore{w}({v}, 0, {ptr})"  # how a vector of results is stored (Dialect.vstore_format)
 
     @property
     def scalars(self) -> list[str]:

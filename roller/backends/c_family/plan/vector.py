@@ -155,7 +155,7 @@ def vector_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_extent:
     # Inside the run (or a run wholly inside the axis) the lanes stay inside the axis's extent.
     inside = {axis: axis_extent}
     conds, offs = global_address(tp, idx, var_global, rows, d, inside)
-    load = f"vload{width}(0, {tp.name} + {offs})"
+    load = d.vload(tp.ctype, width, f"{tp.name} + {offs}")
     # A window along the axis (a convolution's w + s - 1) too: its vector across the run's end would read
     # past the row, and from the tensor's last row past the buffer (Oclgrind saw it; a GPU may fault there).
     ends = [f"{var_global(axis)} + {width - 1} < {clamp[axis]}"] if axis in clamp and any(
@@ -210,7 +210,7 @@ def _border_vector(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: in
 
     def at(first: int) -> str:
         moved = tuple(Affine((), first) if dim == dm else j for dim, j in enumerate(idx))
-        return f"vload{width}(0, {tp.name} + {global_address(tp, moved, var_global, rows, d, inside)[1]})"
+        return d.vload(tp.ctype, width, f"{tp.name} + {global_address(tp, moved, var_global, rows, d, inside)[1]}")
 
     versions = [(f"{q0} == -{k}", f"({vtype})({', '.join([fill] * k + _lanes(at(0), range(width - k)))})")
                 for k in range(1, left + 1)]
@@ -257,8 +257,8 @@ def _stride2_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, axis_exten
     conds, offs = global_address(tp, idx, var_global, rows, d, inside)
     if conds or global_address(tp, idx, lane(width - 1), rows, d, inside)[0]:
         return gathered()
-    first = f"vload{width}(0, {tp.name} + {offs})"
-    second = f"vload{width}(0, {tp.name} + {offs} + {width - 1})"
+    first = d.vload(tp.ctype, width, f"{tp.name} + {offs}")
+    second = d.vload(tp.ctype, width, f"{tp.name} + {offs} + {width - 1}")
     load = f"(({vtype})({first}.even, {second}.odd))"
     if axis in clamp:
         # the vector across the end of a clamped run gathers its lanes clamped; the test folds where the run's
@@ -284,7 +284,7 @@ def _transposed_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: 
             return lambda a: (f"({var_global(a)} + {k})" if a == axis else
                               f"({var_global(a)} - {at})" if a == other else var_global(a))
 
-        loads = [f"vload{width}(0, {tp.name} + {global_address(tp, idx, lane(k), None, d)[1]})[{at}]"
+        loads = [f"{d.vload(tp.ctype, width, f'{tp.name} + {global_address(tp, idx, lane(k), None, d)[1]}')}[{at}]"
                  for k in range(width)]
         return f"({vtype})({', '.join(loads)})"
     return None
