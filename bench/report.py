@@ -13,8 +13,8 @@ A file's kind is its name's prefix: ``models-`` (bench/models.py --json), ``laye
 (bench/gpu.py and bench/gpu_checks.py runs collected by bench/gpu_session.sh), ``pocl-`` (bench/pocl.py's
 matmul against numpy and memory-bound ops against a copy kernel), ``construct-`` (bench/construct.py),
 ``checks-`` (the CUDA and HIP compile checks), ``compare-`` (``roller compare``), ``compile-time-``
-(issue 39's bench/compile_time.py), ``light-zoo-`` (bench/light_zoo.py) and ``quantized-`` (bench/quantized.py).
-Other ``.json`` files are named as
+(issue 39's bench/compile_time.py), ``light-zoo-`` (bench/light_zoo.py), ``quantized-`` (bench/quantized.py) and
+``float16-`` (bench/float16.py). Other ``.json`` files are named as
 not read.
 
 Where, when and how a file was measured: its own top-level fields ``date`` (YYYY-MM-DD), ``time`` (HH:MM,
@@ -24,8 +24,8 @@ current) and ``transcribed_from``. Files that predate these fields have them in 
 whose entry wins over the file's own fields; without either, the date comes from the file name.
 
 The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-``, ``language-``, ``generation-``,
-``light-zoo-`` and ``quantized-`` files are loose: ``rows`` is a list of objects whose keys become the table's columns; ``target`` is shown above the
-table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
+``light-zoo-``, ``quantized-`` and ``float16-`` files are loose: ``rows`` is a list of objects whose keys become
+the table's columns; ``target`` is shown above the table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
 optional ``gflops``}]}) and ``memory`` ({``rows``: [{``op``, ``vs_copy``: one ratio or a list, one per run,
 optional ``gbps``, ``copy_gbps``}]}). Expected of compile time (issue 39), one row per build timed::
 
@@ -59,7 +59,8 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "language": "python bench/language.py --json FILE",
          "generation": "python bench/generation.py --json FILE",
          "light-zoo": "python bench/light_zoo.py --json FILE",
-         "quantized": "python bench/quantized.py --zoo DIR --json FILE"}
+         "quantized": "python bench/quantized.py --zoo DIR --json FILE",
+         "float16": "python bench/float16.py --zoo DIR --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -475,6 +476,11 @@ def render(folder: Path = RESULTS) -> str:
                "run and both float32 models, in one process, alternating, medians; the int8 outputs compared "
                "with onnxruntime's in steps of the output's quantization (`bench/quantized.py`)."),
               "Not measured yet: `python bench/quantized.py --zoo DIR --json bench/results/quantized-DATE.json`."),
+             ("float16", "float16 models against onnxruntime (CPU)",
+              ("The bench zoo's models with float16 weights, constants, inputs and outputs, built by Roller and "
+               "timed against onnxruntime's run of the same file and both float32 models, in one process, "
+               "alternating, medians (`bench/float16.py`)."),
+              "Not measured yet: `python bench/float16.py --zoo DIR --json bench/results/float16-DATE.json`."),
              ("construct", "Construction time",
               "Wall time of `roller.construct` for the top-10 of each op, per bundled description.", ""),
              ("checks", "Compile checks (CUDA, HIP; no GPU)",
