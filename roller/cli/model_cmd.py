@@ -107,6 +107,10 @@ def cmd_run_model(args: argparse.Namespace, given: ModelInput) -> int:
     return run_model(args, model)
 
 
+#: the slowest steps (and onnxruntime nodes) ``roller run --profile`` lists; the rest are summed in one line
+PROFILE_TOP = 20
+
+
 def run_model(args: argparse.Namespace, model: Any) -> int:
     """Run a compiled or loaded model once on ``--inputs`` (or random inputs), check it with ``--check``, time
     it, print one line, and write the outputs with ``--save``."""
@@ -132,6 +136,8 @@ def run_model(args: argparse.Namespace, model: Any) -> int:
     print(f"{model.name}  {model.hw.name}/{model.backend.name}  {seconds * 1e3:.4g} ms  {s['kernels_launched']} "
           f"launches ({s['kernels_built']} kernels, {s['copies']} copies)  device memory "
           f"{s['peak_bytes'] / 2**20:.1f} MiB{built}{note}", flush=True)
+    if getattr(args, "profile", False):
+        print(model.profile(feeds, repeat=args.repeat).render(top=PROFILE_TOP), flush=True)
     if args.save:
         save_npz(args.save, outputs)
     return 0

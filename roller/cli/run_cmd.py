@@ -54,6 +54,10 @@ def register(sub: Any) -> None:
                    help="timed runs (median, after 2 warm-up runs; default: 10)")
     p.add_argument("--no-cache", dest="cache", action="store_false",
                    help="do not read or write the kernel cache")
+    p.add_argument("--profile", action="store_true",
+                   help="a model: after the run, each step timed alone (what it computes, its rate, the model's "
+                        "prediction, its share) and the overhead between steps, beside onnxruntime's per-node "
+                        "profile when it is installed")
     p.set_defaults(func=cmd_run)
 
 
@@ -69,6 +73,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if isinstance(given, SymbolicInput):
         raise symbolic_refused(given.op)
     assert isinstance(given, OpInput)
+    if args.profile:
+        raise InputError("--profile applies to a model; an op is one kernel, whose time roller run prints",
+                         field="--profile", source=args.file)
     from roller.backends import require_device
     from roller.compiler.kernel import build_kernel
 
@@ -128,6 +135,9 @@ def _run_built(args: argparse.Namespace, given: Any) -> int:
         from roller.cli.model_cmd import run_model
 
         return run_model(args, first)
+    if args.profile:
+        raise InputError("--profile applies to a model; this folder holds kernels, whose times roller run prints",
+                         field="--profile", source=args.file)
     if any(isinstance(k, GenericKernel) for k in items):
         return _run_sets(args, items)
     kernels: list[Kernel] = [k for k in items if isinstance(k, Kernel)]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from roller.ir.reference import random_inputs
 from roller.ir.tensor_expr import TensorExpr
 from roller.progress import Progress, stage
 from roller.runtime.executor import Executor
+
+if TYPE_CHECKING:
+    from roller.compiler.profile import Profile
 
 
 @dataclass
@@ -163,6 +166,14 @@ class Model(BuildFolder):
             raise InputError(f"repeat must be at least 1, got {repeat}")
         feeds = dict(inputs) if inputs is not None else self.random_inputs()
         return statistics.median(self.executor.time(feeds, repeat=repeat, warmup=warmup))
+
+    def profile(self, inputs: Mapping[str, Any] | None = None, repeat: int = 10,
+                onnxruntime: bool = True) -> Profile:
+        """Where a run's time goes, step by step, beside onnxruntime's per-node profile of the ONNX model
+        (``roller.compiler.profile``; ``print(m.profile().render())``)."""
+        from roller.compiler.profile import profile_model
+
+        return profile_model(self, inputs, repeat, onnxruntime)
 
     def reference(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], str]:
         """(outputs, what computed them): onnxruntime on the original model when it is installed, else the

@@ -7,6 +7,7 @@ turns (``lock``): concurrent runs would write each other's inputs and read each 
 """
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Mapping
@@ -71,14 +72,17 @@ class Executor:
 
     def enqueue(self) -> None:
         """Every step of one run, in order, on the device's queue (the inputs already uploaded)."""
-        bufs = self.buffers
         for step in self.plan.steps:
-            if isinstance(step, KernelStep):
-                self.runners[step.kernel].launch([bufs[b] for b in step.args])
-            elif isinstance(step, CopyStep):
-                for r in step.rects:
-                    self.device.copy(bufs[step.dst], bufs[step.src], r.src_offset, r.dst_offset, r.region,
-                                     r.src_pitches, r.dst_pitches)
+            self._enqueue(step)
+
+    def _enqueue(self, step: KernelStep | CopyStep) -> None:
+        bufs = self.buffers
+        if isinstance(step, KernelStep):
+            self.runners[step.kernel].launch([bufs[b] for b in step.args])
+        else:
+            for r in step.rects:
+                self.device.copy(bufs[step.dst], bufs[step.src], r.src_offset, r.dst_offset, r.region,
+                                 r.src_pitches, r.dst_pitches)
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
@@ -129,6 +133,22 @@ class Executor:
         with self.lock:
             self.run(inputs)
             return self.time_steps(repeat, warmup)
+
+    def time_each_step(self, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Median seconds of each step launched alone ``repeat`` times (after ``warmup``), each launch waited
+        for, on the buffers as a run left them (``roller.compiler.profile``)."""
+        out = []
+        with self.lock:
+            for step in self.plan.steps:
+                times = []
+                for i in range(warmup + repeat):
+                    t = time.perf_counter()
+                    self._enqueue(step)
+                    self.device.finish()
+                    if i >= warmup:
+                        times.append(time.perf_counter() - t)
+                out.append(statistics.median(times))
+        return out
 
     def time_steps(self, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps on the buffers as they are (after ``warmup``)."""

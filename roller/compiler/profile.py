@@ -1,0 +1,180 @@
+"""Where a model's time goes (issue 43): each step of a run timed alone on the buffers of a real run, beside what
+it computes (the ONNX nodes fused into it), its rate, the micro-performance model's prediction and its share of
+the total; the run's own time, whose excess over the steps' sum is launch and synchronisation overhead; and,
+where onnxruntime is installed and the model came from an ONNX file, onnxruntime's own per-node profile of the
+same model for the same inputs.
+
+A step is timed alone: launched ``repeat`` times after a warm-up, each launch waited for, the median kept. A
+step re-run reads and writes the buffers a run left (steps are pure functions of their inputs, so the times
+are those of the run; the values left behind are not, and the next ``run`` uploads and computes afresh)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from roller.graph.ir import CopyNode, OpNode
+from roller.graph.memory import KernelStep
+
+if TYPE_CHECKING:
+    from roller.compiler.model import Model
+
+
+@dataclass(frozen=True)
+class StepTime:
+    kind: str            # "kernel" or "copy"
+    name: str            # the kernel's name, or the copied value
+    origin: str          # the model's nodes it computes ("Conv 'conv1' + Relu 'relu1'")
+    seconds: float       # median of its launches alone
+    predicted_s: float | None   # the micro-performance model's time (kernels)
+    flops: int           # arithmetic of one launch (kernels; 0 for copies)
+    bytes: int           # bytes it reads and writes once each
+
+
+@dataclass(frozen=True)
+class NodeTime:
+    name: str
+    op_type: str
+    seconds: float       # mean per run
+
+
+@dataclass(frozen=True)
+class Profile:
+    model: str
+    steps: list[StepTime]
+    run_s: float                    # median of whole runs of the steps (inputs uploaded once)
+    onnxruntime: list[NodeTime] | None = None
+    onnxruntime_run_s: float | None = None
+
+    @property
+    def steps_s(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+    def render(self, top: int | None = None) -> str:
+        """The profile as text: the steps by time (all, or the ``top`` slowest), the overhead between them, and
+        onnxruntime's nodes the same way."""
+        total = self.steps_s or 1.0
+        head = (f"{self.model}: one run {self.run_s * 1e3:.3f} ms; its {len(self.steps)} steps alone "
+                f"{self.steps_s * 1e3:.3f} ms; between them (launch, synchronisation) "
+                f"{(self.run_s - self.steps_s) * 1e3:.3f} ms")
+        columns = f"{'#':>3}  {'ms':>8}  {'share':>6}  {'predicted':>9}  {'rate':>13}  {'kind':6}  {'kernel':24}  computes"
+        lines = [head, columns]
+        order = sorted(range(len(self.steps)), key=lambda i: -self.steps[i].seconds)
+        for i in order[:top]:
+            s = self.steps[i]
+            rate = _rate(s)
+            pred = f"{s.predicted_s * 1e3:.3f}" if s.predicted_s is not None else "-"
+            lines.append(f"{i:>3}  {s.seconds * 1e3:8.3f}  {s.seconds / total:6.1%}  {pred:>9}  {rate:>13}  "
+                         f"{s.kind:6}  {s.name[:24]:24}  {s.origin}")
+        if top is not None and len(order) > top:
+            rest = sum(self.steps[i].seconds for i in order[top:])
+            lines.append(f"     {rest * 1e3:8.3f}  {rest / total:6.1%}  ({len(order) - top} more steps)")
+        if self.onnxruntime is not None:
+            ort_total = sum(n.seconds for n in self.onnxruntime) or 1.0
+            run = f"one run {self.onnxruntime_run_s * 1e3:.3f} ms; " if self.onnxruntime_run_s is not None else ""
+            title = f"onnxruntime, same inputs: {run}its {len(self.onnxruntime)} nodes {ort_total * 1e3:.3f} ms"
+            lines += ["", title, f"{'ms':>12}  {'share':>6}  {'op':18}  node"]
+            ranked = sorted(self.onnxruntime, key=lambda n: -n.seconds)
+            for n in ranked[:top]:
+                lines.append(f"{n.seconds * 1e3:12.3f}  {n.seconds / ort_total:6.1%}  {n.op_type[:18]:18}  {n.name}")
+            if top is not None and len(ranked) > top:
+                rest = sum(n.seconds for n in ranked[top:])
+                lines.append(f"{rest * 1e3:12.3f}  {rest / ort_total:6.1%}  ({len(ranked) - top} more nodes)")
+        return "\n".join(lines)
+
+
+def _rate(s: StepTime) -> str:
+    if s.seconds <= 0 or not (s.flops or s.bytes):
+        return "-"
+    if s.flops and s.flops >= s.bytes:   # arithmetic at least one per byte moved: a compute rate says more
+        return f"{s.flops / s.seconds / 1e9:.1f} GFLOP/s"
+    return f"{s.bytes / s.seconds / 1e9:.1f} GB/s"
+
+
+def profile_model(model: Model, inputs: Mapping[str, Any] | None = None, repeat: int = 10,
+                  onnxruntime: bool = True) -> Profile:
+    """``model``'s profile for ``inputs`` (default: its random inputs); onnxruntime's beside it where asked,
+    installed, and the model has its ONNX source."""
+    from roller.errors import InputError
+
+    if repeat < 1:
+        raise InputError(f"repeat must be at least 1, got {repeat}")
+    feeds = dict(inputs) if inputs is not None else model.random_inputs()
+    ex = model.executor
+    run_s = statistics.median(ex.time(feeds, repeat=repeat))
+    seconds = ex.time_each_step(repeat=repeat)
+    # steps follow the graph's nodes in order, and several nodes may share a name (an ONNX node translated into
+    # a view and an operator, or into two operators): each step takes the first unused node of its name and kind
+    unused = list(model.graph.nodes)
+    steps = []
+    for step, s in zip(model.plan.steps, seconds):
+        kind = OpNode if isinstance(step, KernelStep) else CopyNode
+        at = next((i for i, n in enumerate(unused) if n.name == step.node and isinstance(n, kind)), None)
+        node = unused.pop(at) if at is not None else None
+        # a node translated into several operators names its origin once for each
+        origin = " + ".join(dict.fromkeys(node.origin.split(" + "))) if node is not None and node.origin \
+            else step.node
+        if isinstance(step, KernelStep):
+            k = model.by_key[step.kernel]
+            expr = node.expr if isinstance(node, OpNode) else None
+            predicted = k.predicted_ms / 1e3 if k.predicted_ms is not None else None
+            steps.append(StepTime("kernel", k.name, origin, s, predicted, expr.flops if expr else 0,
+                                  expr.bytes if expr else 0))
+        else:
+            moved = sum(_piece_bytes(model, p.source, p.shape) for p in node.pieces) \
+                if isinstance(node, CopyNode) else 0
+            steps.append(StepTime("copy", step.node, origin, s, None, 0, 2 * moved))
+    ort_nodes, ort_run = (_onnxruntime_profile(model, feeds, repeat) if onnxruntime and model.source is not None
+                          else (None, None))
+    return Profile(model.name, steps, run_s, ort_nodes, ort_run)
+
+
+def _piece_bytes(model: Model, source: str, shape: tuple[int, ...]) -> int:
+    from math import prod
+
+    from roller.dtypes import dtype as dtype_of
+
+    return prod(shape) * dtype_of(model.graph.values[source].dtype).itemsize
+
+
+def _onnxruntime_profile(model: Model, feeds: Mapping[str, Any], repeat: int
+                         ) -> tuple[list[NodeTime] | None, float | None]:
+    """onnxruntime's per-node times (mean per run over ``repeat`` runs after one warm-up, 2 intra-op threads,
+    every graph optimisation: its nodes are its own fused ones) and the median run; (None, None) without it."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None, None
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="roller-ort-profile-") as tmp:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 2
+        opts.log_severity_level = 3
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = ort.InferenceSession(model.source.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        arrays = model.executor.check_inputs(feeds)
+        sess.run(None, arrays)
+        runs = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            sess.run(None, arrays)
+            runs.append(time.perf_counter() - t)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    totals: dict[str, list[float]] = {}
+    kinds: dict[str, str] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
+            continue
+        name = e["name"][: -len("_kernel_time")]
+        totals.setdefault(name, []).append(float(e.get("dur", 0)) * 1e-6)
+        kinds[name] = str(e.get("args", {}).get("op_name", "?"))
+    # the warm-up run's events come first: each node's last ``repeat`` are the timed runs
+    nodes = [NodeTime(n, kinds[n], sum(ts[-repeat:]) / min(repeat, len(ts))) for n, ts in totals.items()]
+    return nodes, statistics.median(runs)
