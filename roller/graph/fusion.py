@@ -98,7 +98,8 @@ def fold_step(g: Graph, p: OpNode, c: OpNode) -> OpNode | None:
     if fused is None or not _renderable(fused):
         return None
     others = tuple(val for val in c.inputs if val != p.output)
-    return OpNode(p.name, fused, p.inputs + others, c.output, f"{p.origin} + {c.origin}".strip(" +"))
+    return one_read_per_value(OpNode(p.name, fused, p.inputs + others, c.output,
+                                     f"{p.origin} + {c.origin}".strip(" +")))
 
 
 def inline_step(g: Graph, p: OpNode) -> list[tuple[OpNode, OpNode]] | None:
@@ -171,7 +172,8 @@ def stage_step(g: Graph, r: OpNode, e: OpNode) -> OpNode | None:
     fused = replace(staged, inputs=tuple(t for t, _ in inputs), axes=axes, source=None, preparation=None)
     if not _renderable(fused):
         return None
-    return OpNode(e.name, fused, tuple(v for _, v in inputs), e.output, f"{r.origin} + {e.origin}".strip(" +"))
+    return one_read_per_value(OpNode(e.name, fused, tuple(v for _, v in inputs), e.output,
+                                     f"{r.origin} + {e.origin}".strip(" +")))
 
 
 def _merge_one(g: Graph, step: Callable[[Graph, OpNode, OpNode], OpNode | None], kind: str,
@@ -332,7 +334,29 @@ def _inline_into(g: Graph, p: OpNode, c: OpNode) -> OpNode | None:
         del decls[at], inputs[at]
         taken |= set(renamed.values())
         expr = replace(expr, inputs=tuple(decls))
-    return replace(c, expr=expr, inputs=tuple(inputs), origin=f"{p.origin} + {c.origin}".strip(" +"))
+    return one_read_per_value(replace(c, expr=expr, inputs=tuple(inputs),
+                                      origin=f"{p.origin} + {c.origin}".strip(" +")))
+
+
+def one_read_per_value(node: OpNode) -> OpNode:
+    """``node`` with each value it reads bound to one tensor: a rewrite appends the producer's inputs to the
+    reader's, so a value both read (a bias added before SiLU's x * sigmoid(x), inlined into both) arrived as
+    two tensors, two kernel arguments whose loads no compiler merges (EfficientNet-B0's fused convolutions)."""
+    first: dict[tuple[object, ...], str] = {}
+    rename: dict[str, str] = {}
+    decls, values = [], []
+    for t, v in zip(node.expr.inputs, node.inputs):
+        key = (v, t.shape, t.dtype, t.view, t.orig_shape)
+        if key in first:
+            rename[t.name] = first[key]
+            continue
+        first[key] = t.name
+        decls.append(t)
+        values.append(v)
+    if not rename:
+        return node
+    expr = node.expr.remap_reads(lambda r: replace(r, tensor=rename[r.tensor]) if r.tensor in rename else r)
+    return replace(node, expr=replace(expr, inputs=tuple(decls)), inputs=tuple(values))
 
 
 def _view_source(g: Graph, value: str) -> tuple[str, tuple[int, ...]]:

@@ -235,3 +235,47 @@ def test_row_kernel_shapes_name_only_its_tensors() -> None:
         _op("M[r] max= X[r,c]; Y[r,c] = X[r,c] - M[r]", {"X": [3, 4], "Q": [2]})
     with pytest.raises(InputError, match="a name not in 'shapes'"):
         _op("M[r] max= X[r,c]; Y[r,c] = X[r,c] - M[r]", {"X": [3, 4], "M": [3]})
+
+
+@pytest.mark.parametrize("method", ["solver", "greedy"])
+def test_a_fused_kernel_reads_each_value_through_one_tensor(method: str) -> None:
+    """SiLU after a convolution with a bias (x * sigmoid(x), x = conv + b), fused either way: no kernel binds
+    one value to two tensors, and the kernels compute what the model does."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "B")
+    nodes = [helper.make_node("Conv", ["X", "W"], ["C"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["C", "B4"], ["x"]),
+             helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["Y"])]
+    b4 = numpy_helper.from_array(rng.standard_normal((1, 8, 1, 1)).astype(np.float32), "B4")
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4, 10, 10])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8, 10, 10])], [w, b, b4])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    m = roller.compile_model(model, hw="pocl-cpu", fuse=method)
+    for node in m.graph.op_nodes:
+        bound = [(v, t.shape, t.view) for t, v in zip(node.expr.inputs, node.inputs)]
+        assert len(bound) == len(set(bound)), node.expr.statement()
+    if CL.can_run_here():
+        x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+        m.check({"X": x})
+
+
+def test_two_tensors_bound_to_one_value_become_one() -> None:
+    """What a rewrite left when it inlined the bias add of SiLU into both of its readers (EfficientNet-B0's
+    solver-fused convolutions: two kernel arguments for one bias, whose loads no compiler merges)."""
+    from roller.graph.fusion import one_read_per_value
+    from roller.graph.ir import OpNode
+    from roller.ir.build import build_expr
+
+    expr = build_expr("silu", "Y[i,j] = (X[i,j] + A[j]) * sigmoid(X[i,j] + B[j])",
+                      {"X": [4, 8], "A": [8], "B": [8], "Y": [4, 8]})
+    node = OpNode("silu", expr, tuple({"X": "x", "A": "bias", "B": "bias"}[t.name] for t in expr.inputs), "y")
+    merged = one_read_per_value(node)
+    assert sorted(merged.inputs) == ["bias", "x"] and len(merged.expr.inputs) == 2
+    assert merged.expr.statement().count("A[j]") == 2 and "B[" not in merged.expr.statement()
+    other = OpNode("silu", expr, tuple({"X": "x", "A": "bias", "B": "scale"}[t.name] for t in expr.inputs), "y")
+    assert one_read_per_value(other) is other   # two values: nothing to merge
