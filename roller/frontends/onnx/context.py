@@ -223,7 +223,7 @@ class Context:
         dtype = dtype or self._computed_type(inputs)
         dtypes["Y"] = dtype
         if 0 in shape:
-            return self.empty(output, shape, dtype or self._computed_type(inputs))
+            return self.empty(output, shape, dtype)
         kind = kind or node.op_type.lower()
         self._count += 1
         name = re.sub(r"[^a-z0-9]", "", kind) or "op"
