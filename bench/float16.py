@@ -12,10 +12,6 @@ onnxruntime's float16 outputs relative to the largest output.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,6 +19,8 @@ from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.zoo_runs import alternating_ms, zoo_main
 
 MODELS = ("resnet18", "mobilenet_v2", "bert_base_layer")
 
@@ -74,19 +72,7 @@ def measure(name: str, zoo: Path, rounds: int) -> dict[str, Any]:
     want = s16.run(None, feeds16)[0].astype(np.float32)
     jobs = {"roller_float16": lambda: m16.run(feeds16), "onnxruntime_float16": lambda: s16.run(None, feeds16),
             "roller_float32": lambda: m32.run(feeds32), "onnxruntime_float32": lambda: s32.run(None, feeds32)}
-    for fn in jobs.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    order = list(jobs)
-    for r in range(rounds):
-        for key in order[r % len(order):] + order[:r % len(order)]:
-            once = []
-            for _ in range(5):
-                t = time.perf_counter()
-                jobs[key]()
-                once.append(time.perf_counter() - t)
-            times[key].append(statistics.median(once))
-    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    ms = alternating_ms(jobs, rounds)
     return {"model": name, "kernels": len(m16.by_key), "launches": len(m16.kernels),
             "compile_s": round(compile_s, 1), **{f"{k}_ms": round(v, 2) for k, v in ms.items()},
             "float16: roller / onnxruntime": round(ms["roller_float16"] / ms["onnxruntime_float16"], 2),
@@ -95,30 +81,9 @@ def measure(name: str, zoo: Path, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.models import cpu_name
-
-    ap = argparse.ArgumentParser(prog="python bench/float16.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--zoo", type=Path, required=True, help="folder of the exported .onnx files (bench.zoo)")
-    ap.add_argument("--models", nargs="+", default=list(MODELS))
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-    rows = []
-    for name in args.models:
-        if not (args.zoo / f"{name}.onnx").exists():
-            print(f"{name}: not in {args.zoo}, skipped", file=sys.stderr)
-            continue
-        rows.append(measure(name, args.zoo, args.rounds))
-        print(json.dumps(rows[-1]), flush=True)
-    if args.json:
-        doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()} ({os.cpu_count()} cores)",
-               "command": "python bench/float16.py --zoo DIR --json FILE",
-               "target": "pocl-cpu (PoCL on this CPU); onnxruntime 2 threads, same process, alternating",
-               "remark": "float16 weights, constants, inputs and outputs; Roller computes in float32, reading and "
-                         "writing float16 bits (vectors of them converted with integer operations)",
-               "rows": rows}
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+    return zoo_main(argv, "float16.py", __doc__ or "", MODELS, measure,
+                    "float16 weights, constants, inputs and outputs; Roller computes in float32, reading and "
+                    "writing float16 bits (vectors of them converted with integer operations)")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,6 @@ int8 outputs are from onnxruntime's (in steps of the output's quantization: 0 is
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
 import sys
 import tempfile
 import time
@@ -22,6 +18,8 @@ from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.zoo_runs import alternating_ms, zoo_main
 
 MODELS = ("resnet18", "mobilenet_v2")
 
@@ -73,19 +71,7 @@ def measure(name: str, zoo: Path, rounds: int) -> dict[str, Any]:
     steps = np.abs(got - want) / step
     jobs = {"roller_int8": lambda: m8.run(feeds), "onnxruntime_int8": lambda: s8.run(None, feeds_np),
             "roller_float32": lambda: m32.run(feeds), "onnxruntime_float32": lambda: s32.run(None, feeds_np)}
-    for fn in jobs.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    order = list(jobs)
-    for r in range(rounds):
-        for key in order[r % len(order):] + order[:r % len(order)]:
-            once = []
-            for _ in range(5):
-                t = time.perf_counter()
-                jobs[key]()
-                once.append(time.perf_counter() - t)
-            times[key].append(statistics.median(once))
-    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    ms = alternating_ms(jobs, rounds)
     return {"model": name, "kernels": len(m8.by_key), "launches": len(m8.kernels), "compile_s": round(compile_s, 1),
             **{f"{k}_ms": round(v, 2) for k, v in ms.items()},
             "int8: roller / onnxruntime": round(ms["roller_int8"] / ms["onnxruntime_int8"], 2),
@@ -95,30 +81,9 @@ def measure(name: str, zoo: Path, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.models import cpu_name
-
-    ap = argparse.ArgumentParser(prog="python bench/quantized.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--zoo", type=Path, required=True, help="folder of the exported .onnx files (bench.zoo)")
-    ap.add_argument("--models", nargs="+", default=list(MODELS))
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-    rows = []
-    for name in args.models:
-        if not (args.zoo / f"{name}.onnx").exists():
-            print(f"{name}: not in {args.zoo}, skipped", file=sys.stderr)
-            continue
-        rows.append(measure(name, args.zoo, args.rounds))
-        print(json.dumps(rows[-1]), flush=True)
-    if args.json:
-        doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()} ({os.cpu_count()} cores)",
-               "command": "python bench/quantized.py --zoo DIR --json FILE",
-               "target": "pocl-cpu (PoCL on this CPU); onnxruntime 2 threads, same process, alternating",
-               "remark": "QDQ int8 (per-channel weights, uint8 activations) as onnxruntime.quantization writes "
-                         "it; Roller's integer sums run as float32 kernels (exact below 2**24)",
-               "rows": rows}
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+    return zoo_main(argv, "quantized.py", __doc__ or "", MODELS, measure,
+                    "QDQ int8 (per-channel weights, uint8 activations) as onnxruntime.quantization writes it; "
+                    "Roller's integer sums run as float32 kernels (exact below 2**24)")
 
 
 if __name__ == "__main__":
