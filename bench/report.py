@@ -14,7 +14,7 @@ A file's kind is its name's prefix: ``models-`` (bench/models.py --json), ``laye
 matmul against numpy and memory-bound ops against a copy kernel), ``construct-`` (bench/construct.py),
 ``checks-`` (the CUDA and HIP compile checks), ``compare-`` (``roller compare``), ``compile-time-``
 (issue 39's bench/compile_time.py), ``light-zoo-`` (bench/light_zoo.py), ``quantized-`` (bench/quantized.py) and
-``float16-`` (bench/float16.py). Other ``.json`` files are named as
+``float16-`` (bench/float16_models.py). Other ``.json`` files are named as
 not read.
 
 Where, when and how a file was measured: its own top-level fields ``date`` (YYYY-MM-DD), ``time`` (HH:MM,
@@ -60,7 +60,7 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "generation": "python bench/generation.py --json FILE",
          "light-zoo": "python bench/light_zoo.py --json FILE",
          "quantized": "python bench/quantized.py --zoo DIR --json FILE",
-         "float16": "python bench/float16.py --zoo DIR --json FILE"}
+         "float16": "python bench/float16_models.py --zoo DIR --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -479,8 +479,8 @@ def render(folder: Path = RESULTS) -> str:
              ("float16", "float16 models against onnxruntime (CPU)",
               ("The bench zoo's models with float16 weights, constants, inputs and outputs, built by Roller and "
                "timed against onnxruntime's run of the same file and both float32 models, in one process, "
-               "alternating, medians (`bench/float16.py`)."),
-              "Not measured yet: `python bench/float16.py --zoo DIR --json bench/results/float16-DATE.json`."),
+               "alternating, medians (`bench/float16_models.py`)."),
+              "Not measured yet: `python bench/float16_models.py --zoo DIR --json bench/results/float16-DATE.json`."),
              ("construct", "Construction time",
               "Wall time of `roller.construct` for the top-10 of each op, per bundled description.", ""),
              ("checks", "Compile checks (CUDA, HIP; no GPU)",

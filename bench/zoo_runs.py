@@ -1,5 +1,6 @@
-"""What the benchmarks that time a zoo model in several forms share (bench/quantized.py, bench/float16.py): the
-alternating timing of the forms in one process, and the driver over the zoo's files that writes the result."""
+"""What the benchmarks that time a zoo model in several forms share (bench/quantized.py,
+bench/float16_models.py): the alternating timing of the forms in one process, and the driver over the zoo's
+files that writes the result."""
 from __future__ import annotations
 
 import argparse

@@ -3,7 +3,7 @@ float16 (what ``onnxconverter_common.float16.convert_float_to_float16`` does for
 Roller against onnxruntime's run of the same file and against the float32 model (both runtimes), in one process,
 alternating.
 
-    python bench/float16.py --zoo DIR [--models resnet18 mobilenet_v2 bert_base_layer] [--json FILE]
+    python bench/float16_models.py --zoo DIR [--models resnet18 mobilenet_v2 bert_base_layer] [--json FILE]
 
 Roller holds float16 tensors as their bits and computes in float32 (every kernel: docs/opjson.md); onnxruntime's
 CPU provider has float16 kernels for few op types and casts around the others. Rows give each latency, the
@@ -81,7 +81,7 @@ def measure(name: str, zoo: Path, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return zoo_main(argv, "float16.py", __doc__ or "", MODELS, measure,
+    return zoo_main(argv, "float16_models.py", __doc__ or "", MODELS, measure,
                     "float16 weights, constants, inputs and outputs; Roller computes in float32, reading and "
                     "writing float16 bits (vectors of them converted with integer operations)")
 
