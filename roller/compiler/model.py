@@ -169,11 +169,20 @@ class Model(BuildFolder):
 
     def profile(self, inputs: Mapping[str, Any] | None = None, repeat: int = 10,
                 onnxruntime: bool = True) -> Profile:
-        """Where a run's time goes, step by step, beside onnxruntime's per-node profile of the ONNX model
-        (``roller.compiler.profile``; ``print(m.profile().render())``)."""
-        from roller.compiler.profile import profile_model
+        """Where a run's time goes, step by step, beside onnxruntime's per-node profile of the ONNX model (where
+        asked, installed, and the model has its ONNX source): ``roller.compiler.profile``;
+        ``print(m.profile().render())``."""
+        from roller.compiler.profile import Profile, onnxruntime_profile, step_times
 
-        return profile_model(self, inputs, repeat, onnxruntime)
+        if repeat < 1:
+            raise InputError(f"repeat must be at least 1, got {repeat}")
+        feeds = dict(inputs) if inputs is not None else self.random_inputs()
+        ex = self.executor
+        run_s = statistics.median(ex.time(feeds, repeat=repeat))
+        steps = step_times(self.graph, self.plan.steps, self.by_key, ex.time_each_step(repeat=repeat))
+        ort_nodes, ort_run = onnxruntime_profile(self.source, ex.check_inputs(feeds), repeat) \
+            if onnxruntime and self.source is not None else (None, None)
+        return Profile(self.name, steps, run_s, ort_nodes, ort_run)
 
     def reference(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], str]:
         """(outputs, what computed them): onnxruntime on the original model when it is installed, else the

@@ -10,18 +10,18 @@ are those of the run; the values left behind are not, and the next ``run`` uploa
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from roller.graph.ir import CopyNode, OpNode
-from roller.graph.memory import KernelStep
-
-if TYPE_CHECKING:
-    from roller.compiler.model import Model
+from roller.dtypes import dtype as dtype_of
+from roller.graph.ir import CopyNode, Graph, OpNode
+from roller.graph.memory import CopyStep, KernelStep
 
 
 @dataclass(frozen=True)
@@ -95,23 +95,24 @@ def _rate(s: StepTime) -> str:
     return f"{s.bytes / s.seconds / 1e9:.1f} GB/s"
 
 
-def profile_model(model: Model, inputs: Mapping[str, Any] | None = None, repeat: int = 10,
-                  onnxruntime: bool = True) -> Profile:
-    """``model``'s profile for ``inputs`` (default: its random inputs); onnxruntime's beside it where asked,
-    installed, and the model has its ONNX source."""
-    from roller.errors import InputError
+class _Built(Protocol):
+    """What a step's kernel tells the profile (``Kernel`` and ``BuiltKernel`` alike)."""
 
-    if repeat < 1:
-        raise InputError(f"repeat must be at least 1, got {repeat}")
-    feeds = dict(inputs) if inputs is not None else model.random_inputs()
-    ex = model.executor
-    run_s = statistics.median(ex.time(feeds, repeat=repeat))
-    seconds = ex.time_each_step(repeat=repeat)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def predicted_ms(self) -> float | None: ...
+
+
+def step_times(graph: Graph, steps: Sequence[KernelStep | CopyStep], kernels: Mapping[str, _Built],
+               seconds: Sequence[float]) -> list[StepTime]:
+    """Each of a plan's ``steps`` with its measured ``seconds``, named by the graph's node it runs."""
     # steps follow the graph's nodes in order, and several nodes may share a name (an ONNX node translated into
     # a view and an operator, or into two operators): each step takes the first unused node of its name and kind
-    unused = list(model.graph.nodes)
-    steps = []
-    for step, s in zip(model.plan.steps, seconds):
+    unused = list(graph.nodes)
+    out = []
+    for step, s in zip(steps, seconds):
         kind = OpNode if isinstance(step, KernelStep) else CopyNode
         at = next((i for i, n in enumerate(unused) if n.name == step.node and isinstance(n, kind)), None)
         node = unused.pop(at) if at is not None else None
@@ -119,37 +120,27 @@ def profile_model(model: Model, inputs: Mapping[str, Any] | None = None, repeat:
         origin = " + ".join(dict.fromkeys(node.origin.split(" + "))) if node is not None and node.origin \
             else step.node
         if isinstance(step, KernelStep):
-            k = model.by_key[step.kernel]
+            k = kernels[step.kernel]
             expr = node.expr if isinstance(node, OpNode) else None
             predicted = k.predicted_ms / 1e3 if k.predicted_ms is not None else None
-            steps.append(StepTime("kernel", k.name, origin, s, predicted, expr.flops if expr else 0,
-                                  expr.bytes if expr else 0))
+            out.append(StepTime("kernel", k.name, origin, s, predicted, expr.flops if expr else 0,
+                                expr.bytes if expr else 0))
         else:
-            moved = sum(_piece_bytes(model, p.source, p.shape) for p in node.pieces) \
-                if isinstance(node, CopyNode) else 0
-            steps.append(StepTime("copy", step.node, origin, s, None, 0, 2 * moved))
-    ort_nodes, ort_run = (_onnxruntime_profile(model, feeds, repeat) if onnxruntime and model.source is not None
-                          else (None, None))
-    return Profile(model.name, steps, run_s, ort_nodes, ort_run)
+            moved = sum(math.prod(p.shape) * dtype_of(graph.values[p.source].dtype).itemsize
+                        for p in node.pieces) if isinstance(node, CopyNode) else 0
+            out.append(StepTime("copy", step.node, origin, s, None, 0, 2 * moved))
+    return out
 
 
-def _piece_bytes(model: Model, source: str, shape: tuple[int, ...]) -> int:
-    from math import prod
-
-    from roller.dtypes import dtype as dtype_of
-
-    return prod(shape) * dtype_of(model.graph.values[source].dtype).itemsize
-
-
-def _onnxruntime_profile(model: Model, feeds: Mapping[str, Any], repeat: int
-                         ) -> tuple[list[NodeTime] | None, float | None]:
-    """onnxruntime's per-node times (mean per run over ``repeat`` runs after one warm-up, 2 intra-op threads,
-    every graph optimisation: its nodes are its own fused ones) and the median run; (None, None) without it."""
+def onnxruntime_profile(source: Any, arrays: Mapping[str, Any], repeat: int
+                        ) -> tuple[list[NodeTime] | None, float | None]:
+    """onnxruntime's per-node times for the ONNX model ``source`` on ``arrays`` (mean per run over ``repeat``
+    runs after one warm-up, 2 intra-op threads, every graph optimisation: its nodes are its own fused ones) and
+    its median run; (None, None) without onnxruntime."""
     try:
         import onnxruntime as ort
     except ImportError:
         return None, None
-    import time
 
     with tempfile.TemporaryDirectory(prefix="roller-ort-profile-") as tmp:
         opts = ort.SessionOptions()
@@ -157,13 +148,12 @@ def _onnxruntime_profile(model: Model, feeds: Mapping[str, Any], repeat: int
         opts.log_severity_level = 3
         opts.enable_profiling = True
         opts.profile_file_prefix = os.path.join(tmp, "ort")
-        sess = ort.InferenceSession(model.source.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        arrays = model.executor.check_inputs(feeds)
-        sess.run(None, arrays)
+        sess = ort.InferenceSession(source.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess.run(None, dict(arrays))
         runs = []
         for _ in range(repeat):
             t = time.perf_counter()
-            sess.run(None, arrays)
+            sess.run(None, dict(arrays))
             runs.append(time.perf_counter() - t)
         with open(sess.end_profiling()) as f:
             events = json.load(f)

@@ -34,7 +34,7 @@ def reduction_vector(expr: TensorExpr, converted: frozenset[str] = frozenset()) 
     moves with the innermost reduction axis moves by one element, where some input moves along the last
     spatial axis by other than one element (else vectors along it load whole, as now), and where the axis is
     at least one 8-wide vector long. ``converted``: element types the backend loads and stores as vectors of
-    the accumulator's type (float16 on OpenCL)."""
+    the accumulator's type (float16 where the backend holds it as bits it converts)."""
     if expr.reduce_op is None or expr.stages or not expr.reduce_axes or expr.epilogue_inputs:
         return None
     if any(t.dtype != expr.acc_dtype and t.dtype not in converted for t in expr.tensors):
