@@ -82,6 +82,10 @@ def alternate(ours: Any, theirs: Any, rounds: int, repeat: int) -> tuple[list[fl
     return times
 
 
+#: seconds left after onnxruntime's runs before the next job: its intra-op threads spin-wait after a run
+ORT_SETTLE_S = 0.2
+
+
 def ort_session(path: Path | bytes) -> Any:
     """onnxruntime on the model at ``path`` (or serialised in it): 2 threads, every graph optimisation."""
     import onnxruntime as ort
@@ -142,6 +146,7 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
             t = time.perf_counter()
             sess.run(None, feeds)
             times.append(time.perf_counter() - t)
+        time.sleep(ORT_SETTLE_S)
         return statistics.median(times)
 
     jobs: list[tuple[list[float], Any]] = [(ours, m), (plain, unfused), (rule, greedy)]
@@ -149,9 +154,10 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
         jobs.append((measured, timed))
     jobs.append((theirs, None))
     for r in range(rounds):
-        # Each round starts at another variant: whatever runs first after onnxruntime shares the cores with its
-        # threads, which spin a while after a run (the solver's build, always first, ran 3-20% slower than the
-        # greedy pass's identical kernels).
+        # Each round starts at another variant, and onnxruntime's threads are left to settle after its runs:
+        # they spin a while after a run, and whatever ran next shared the cores with them (the solver's build,
+        # once always first, ran 3-20% slower than the greedy pass's identical kernels; with 3 rounds of 4 jobs
+        # it still followed onnxruntime in 2 of them: EfficientNet-B0 16.1 against 11.3 ms).
         for out, variant in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:
             out.append(ort_run() if variant is None else
                        statistics.median(variant.executor.time(feeds, repeat=repeat, warmup=1)))

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.models import ORT_SETTLE_S
+
 
 def alternating_ms(jobs: dict[str, Callable[[], Any]], rounds: int, per_round: int = 5) -> dict[str, float]:
     """Median milliseconds of each job: each is run once first, then ``rounds`` rounds each run every job
@@ -30,6 +32,7 @@ def alternating_ms(jobs: dict[str, Callable[[], Any]], rounds: int, per_round: i
                 jobs[key]()
                 once.append(time.perf_counter() - t)
             times[key].append(statistics.median(once))
+            time.sleep(ORT_SETTLE_S)   # onnxruntime's threads spin after its runs: not on the next job's time
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
