@@ -86,6 +86,14 @@ def alternate(ours: Any, theirs: Any, rounds: int, repeat: int) -> tuple[list[fl
 ORT_SETTLE_S = 0.2
 
 
+def round_order(jobs: list[Any], r: int) -> list[Any]:
+    """The order of round ``r``: a permutation of its own (seeded by the round), so that no job always follows
+    the same one (a rotation keeps the cyclic order: the job after onnxruntime was the same every round)."""
+    import random
+
+    return random.Random(r).sample(jobs, len(jobs))
+
+
 def ort_session(path: Path | bytes) -> Any:
     """onnxruntime on the model at ``path`` (or serialised in it): 2 threads, every graph optimisation."""
     import onnxruntime as ort
@@ -154,11 +162,11 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
         jobs.append((measured, timed))
     jobs.append((theirs, None))
     for r in range(rounds):
-        # Each round starts at another variant, and onnxruntime's threads are left to settle after its runs:
-        # they spin a while after a run, and whatever ran next shared the cores with them (the solver's build,
-        # once always first, ran 3-20% slower than the greedy pass's identical kernels; with 3 rounds of 4 jobs
-        # it still followed onnxruntime in 2 of them: EfficientNet-B0 16.1 against 11.3 ms).
-        for out, variant in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:
+        # Each round runs the variants in another order, and onnxruntime's threads are left to settle after its
+        # runs: they spin a while after a run, and whatever ran next shared the cores with them (the solver's
+        # build, once always first, ran 3-20% slower than the greedy pass's identical kernels; rotating the order
+        # kept it right after onnxruntime in every round but the first: EfficientNet-B0 16.1 against 11.3 ms).
+        for out, variant in round_order(jobs, r):
             out.append(ort_run() if variant is None else
                        statistics.median(variant.executor.time(feeds, repeat=repeat, warmup=1)))
     row["roller_ms"] = statistics.median(ours) * 1e3

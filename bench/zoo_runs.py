@@ -13,19 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.models import ORT_SETTLE_S
+from bench.models import ORT_SETTLE_S, round_order
 
 
 def alternating_ms(jobs: dict[str, Callable[[], Any]], rounds: int, per_round: int = 5) -> dict[str, float]:
     """Median milliseconds of each job: each is run once first, then ``rounds`` rounds each run every job
-    ``per_round`` times (their median), each round starting at the next job, so that drift on a shared
-    machine falls on all of them alike."""
+    ``per_round`` times (their median), each round in an order of its own (``round_order``), so that drift on a
+    shared machine, and the job before, fall on all of them alike."""
     for fn in jobs.values():
         fn()
     times: dict[str, list[float]] = {k: [] for k in jobs}
-    order = list(jobs)
     for r in range(rounds):
-        for key in order[r % len(order):] + order[:r % len(order)]:
+        for key in round_order(list(jobs), r):
             once = []
             for _ in range(per_round):
                 t = time.perf_counter()
