@@ -222,7 +222,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         decode(spatial, read_axis(expr, spatial))
     loops = reduce_loops(reduce, window=unshared(expr))
     return KernelPlan(
-        name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype], out_vstore=d.vstore_format(d.ctype[expr.output.dtype]),
+        name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
+        out_vstore=d.vstore_format(d.ctype[expr.output.dtype]),
         reduce_points=red_div, reduce_decode=reduce_decode,
         spatial=spatial, reduce=reduce, inputs=inputs, output=out, staged=staged,
         reduce_loops=loops, window_inner=window_inner(loops, vec is not None),

@@ -84,7 +84,8 @@ def lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPla
                              render_body(expr.body, d, vread, vtype), offset)
     return KernelPlan(
         name=kernel_name or expr.name, grid=prog.grid, block=prog.block, acc_ctype=d.ctype[expr.acc_dtype],
-        out_ctype=d.ctype[expr.output.dtype], out_vstore=d.vstore_format(d.ctype[expr.output.dtype]), spatial=spatial, reduce=[], inputs=plans, output=out, staged=False,
+        out_ctype=d.ctype[expr.output.dtype], out_vstore=d.vstore_format(d.ctype[expr.output.dtype]),
+        spatial=spatial, reduce=[], inputs=plans, output=out, staged=False,
         n_rtiles=1, rstep_points=1, thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
         reduce_op=None, acc_init=c_float(0.0, d), combine="", body=render_body(expr.body, d, read),
         out_index=[affine_c(i, var_global) for i in expr.out_index], pad_value=c_float(expr.pad_value, d),

@@ -36,7 +36,7 @@ class Dialect:
     # with 64-bit indices, none slower, in one process)
     wide_index: bool = False
     # storage ctype -> (to_acc, from_acc) where a plain cast does not convert (OpenCL keeps float16 as the bits
-    # in a ushort: without cl_khr_fp16 a half can only be read and written through vload_half/vstore_half)
+    # in a ushort: without cl_khr_fp16 there is no half arithmetic, and helpers convert the bits)
     conversions: dict[str, tuple[str, str]] = field(default_factory=dict)
     # storage ctype -> (vector load, vector store) where vloadN/vstoreN do not convert: {w} the width, {ptr} the
     # first element's address, {v} the vector stored (OpenCL converts vectors of float16 bits to and from floatN,
