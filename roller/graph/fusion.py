@@ -339,18 +339,24 @@ def _inline_into(g: Graph, p: OpNode, c: OpNode) -> OpNode | None:
 
 
 def one_read_per_value(node: OpNode) -> OpNode:
-    """``node`` with each value it reads bound to one tensor: a rewrite appends the producer's inputs to the
-    reader's, so a value both read (a bias added before SiLU's x * sigmoid(x), inlined into both) arrived as
-    two tensors, two kernel arguments whose loads no compiler merges (EfficientNet-B0's fused convolutions)."""
+    """``node`` with each value its epilogue reads bound to one tensor: a rewrite appends the producer's inputs
+    to the reader's, so a value read twice (a bias added before SiLU's x * sigmoid(x), inlined into both)
+    arrived as two tensors, two kernel arguments whose loads no compiler merges (EfficientNet-B0's
+    solver-fused convolutions)."""
     first: dict[tuple[object, ...], str] = {}
     rename: dict[str, str] = {}
     decls, values = [], []
+    # Only the epilogue's tensors: a value the body reads (staged, or through its padding) and the epilogue
+    # reads too stays two tensors, since the backends read an epilogue's tensors apart from the body's
+    # (TensorExpr.epilogue_inputs), and a body's tensors are staged, padded and packed one by one.
+    body = {t.name for t in node.expr.body_inputs}
     for t, v in zip(node.expr.inputs, node.inputs):
         key = (v, t.shape, t.dtype, t.view, t.orig_shape)
-        if key in first:
+        if t.name not in body and key in first:
             rename[t.name] = first[key]
             continue
-        first[key] = t.name
+        if t.name not in body:
+            first.setdefault(key, t.name)
         decls.append(t)
         values.append(v)
     if not rename:

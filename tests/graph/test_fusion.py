@@ -239,8 +239,8 @@ def test_row_kernel_shapes_name_only_its_tensors() -> None:
 
 @pytest.mark.parametrize("method", ["solver", "greedy"])
 def test_a_fused_kernel_reads_each_value_through_one_tensor(method: str) -> None:
-    """SiLU after a convolution with a bias (x * sigmoid(x), x = conv + b), fused either way: no kernel binds
-    one value to two tensors, and the kernels compute what the model does."""
+    """SiLU after a convolution with a bias (x * sigmoid(x), x = conv + b), fused either way: no kernel's
+    epilogue binds one value to two tensors, and the kernels compute what the model does."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -257,7 +257,8 @@ def test_a_fused_kernel_reads_each_value_through_one_tensor(method: str) -> None
     onnx.checker.check_model(model)
     m = roller.compile_model(model, hw="pocl-cpu", fuse=method)
     for node in m.graph.op_nodes:
-        bound = [(v, t.shape, t.view) for t, v in zip(node.expr.inputs, node.inputs)]
+        epilogue = {t.name for t in node.expr.epilogue_inputs}
+        bound = [(v, t.shape, t.view) for t, v in zip(node.expr.inputs, node.inputs) if t.name in epilogue]
         assert len(bound) == len(set(bound)), node.expr.statement()
     if CL.can_run_here():
         x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
@@ -271,11 +272,16 @@ def test_two_tensors_bound_to_one_value_become_one() -> None:
     from roller.graph.ir import OpNode
     from roller.ir.build import build_expr
 
-    expr = build_expr("silu", "Y[i,j] = (X[i,j] + A[j]) * sigmoid(X[i,j] + B[j])",
-                      {"X": [4, 8], "A": [8], "B": [8], "Y": [4, 8]})
-    node = OpNode("silu", expr, tuple({"X": "x", "A": "bias", "B": "bias"}[t.name] for t in expr.inputs), "y")
+    expr = build_expr("silu", "Y[i,j] += X[i,k] * W[k,j]; Y[i,j] = (Y[i,j] + A[j]) * sigmoid(Y[i,j] + B[j])",
+                      {"X": [4, 5], "W": [5, 8], "A": [8], "B": [8], "Y": [4, 8]})
+    names = {"X": "x", "W": "w", "A": "bias", "B": "bias"}
+    node = OpNode("silu", expr, tuple(names[t.name] for t in expr.inputs), "y")
     merged = one_read_per_value(node)
-    assert sorted(merged.inputs) == ["bias", "x"] and len(merged.expr.inputs) == 2
+    assert sorted(merged.inputs) == ["bias", "w", "x"] and len(merged.expr.inputs) == 3
     assert merged.expr.statement().count("A[j]") == 2 and "B[" not in merged.expr.statement()
-    other = OpNode("silu", expr, tuple({"X": "x", "A": "bias", "B": "scale"}[t.name] for t in expr.inputs), "y")
+    other = OpNode("silu", expr, tuple({**names, "B": "scale"}[t.name] for t in expr.inputs), "y")
     assert one_read_per_value(other) is other   # two values: nothing to merge
+    # a value the body reads stays the body's own tensor, even where the epilogue reads it too
+    both = OpNode("silu", expr, tuple({**names, "A": "x", "B": "x"}[t.name] for t in expr.inputs), "y")
+    kept = one_read_per_value(both)
+    assert [t.name for t in kept.expr.inputs] == ["X", "W", "A"] and kept.inputs == ("x", "w", "x")
