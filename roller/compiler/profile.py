@@ -1,8 +1,8 @@
 """Where a model's time goes (issue 43): each step of a run timed alone on the buffers of a real run, beside what
 it computes (the ONNX nodes fused into it), its rate, the micro-performance model's prediction and its share of
-the total; the run's own time, whose excess over the steps' sum is launch and synchronisation overhead; and,
-where onnxruntime is installed and the model came from an ONNX file, onnxruntime's own per-node profile of the
-same model for the same inputs.
+the total; the run's own time against the steps' sum (more: launch and synchronisation between steps; less: a
+run does not wait for each step, as a step timed alone does); and, where onnxruntime is installed and the model
+came from an ONNX file, onnxruntime's own per-node profile of the same model for the same inputs.
 
 A step is timed alone: launched ``repeat`` times after a warm-up, each launch waited for, the median kept. A
 step re-run reads and writes the buffers a run left (steps are pure functions of their inputs, so the times
@@ -58,33 +58,45 @@ class Profile:
         """The profile as text: the steps by time (all, or the ``top`` slowest), the overhead between them, and
         onnxruntime's nodes the same way."""
         total = self.steps_s or 1.0
-        head = (f"{self.model}: one run {self.run_s * 1e3:.3f} ms; its {len(self.steps)} steps alone "
-                f"{self.steps_s * 1e3:.3f} ms; between them (launch, synchronisation) "
-                f"{(self.run_s - self.steps_s) * 1e3:.3f} ms")
+        gap = self.run_s - self.steps_s
+        # a run queues its steps back to back; alone, each also waits for its own launch, so on small models
+        # the steps' sum exceeds the run
+        why = "launch and synchronisation between the steps" if gap >= 0 else \
+            "a run queues its steps without waiting for each"
+        head = (f"{self.model}: one run {self.run_s * 1e3:.3f} ms; its {len(self.steps)} steps, each launched and "
+                f"waited for alone, {self.steps_s * 1e3:.3f} ms; the run takes {abs(gap) * 1e3:.3f} ms "
+                f"{'more' if gap >= 0 else 'less'} ({why})")
         columns = f"{'#':>3}  {'ms':>8}  {'share':>6}  {'predicted':>9}  {'rate':>13}  {'kind':6}  {'kernel':24}  computes"
         lines = [head, columns]
-        order = sorted(range(len(self.steps)), key=lambda i: -self.steps[i].seconds)
-        for i in order[:top]:
+        shown, rest = _slowest([s.seconds for s in self.steps], top)
+        for i in shown:
             s = self.steps[i]
-            rate = _rate(s)
             pred = f"{s.predicted_s * 1e3:.3f}" if s.predicted_s is not None else "-"
-            lines.append(f"{i:>3}  {s.seconds * 1e3:8.3f}  {s.seconds / total:6.1%}  {pred:>9}  {rate:>13}  "
+            lines.append(f"{i:>3}  {s.seconds * 1e3:8.3f}  {s.seconds / total:6.1%}  {pred:>9}  {_rate(s):>13}  "
                          f"{s.kind:6}  {s.name[:24]:24}  {s.origin}")
-        if top is not None and len(order) > top:
-            rest = sum(self.steps[i].seconds for i in order[top:])
-            lines.append(f"     {rest * 1e3:8.3f}  {rest / total:6.1%}  ({len(order) - top} more steps)")
+        if rest:
+            lines.append(f"     {rest[1] * 1e3:8.3f}  {rest[1] / total:6.1%}  ({rest[0]} more steps)")
         if self.onnxruntime is not None:
             ort_total = sum(n.seconds for n in self.onnxruntime) or 1.0
             run = f"one run {self.onnxruntime_run_s * 1e3:.3f} ms; " if self.onnxruntime_run_s is not None else ""
             title = f"onnxruntime, same inputs: {run}its {len(self.onnxruntime)} nodes {ort_total * 1e3:.3f} ms"
             lines += ["", title, f"{'ms':>12}  {'share':>6}  {'op':18}  node"]
-            ranked = sorted(self.onnxruntime, key=lambda n: -n.seconds)
-            for n in ranked[:top]:
+            shown, rest = _slowest([n.seconds for n in self.onnxruntime], top)
+            for i in shown:
+                n = self.onnxruntime[i]
                 lines.append(f"{n.seconds * 1e3:12.3f}  {n.seconds / ort_total:6.1%}  {n.op_type[:18]:18}  {n.name}")
-            if top is not None and len(ranked) > top:
-                rest = sum(n.seconds for n in ranked[top:])
-                lines.append(f"{rest * 1e3:12.3f}  {rest / ort_total:6.1%}  ({len(ranked) - top} more nodes)")
+            if rest:
+                lines.append(f"{rest[1] * 1e3:12.3f}  {rest[1] / ort_total:6.1%}  ({rest[0]} more nodes)")
         return "\n".join(lines)
+
+
+def _slowest(seconds: list[float], top: int | None) -> tuple[list[int], tuple[int, float] | None]:
+    """(the positions of the ``top`` largest ``seconds``, slowest first; (how many others, their sum) or None
+    when none is left out)."""
+    order = sorted(range(len(seconds)), key=lambda i: -seconds[i])
+    if top is None or len(order) <= top:
+        return order, None
+    return order[:top], (len(order) - top, sum(seconds[i] for i in order[top:]))
 
 
 def _rate(s: StepTime) -> str:
@@ -149,11 +161,12 @@ def onnxruntime_profile(source: Any, arrays: Mapping[str, Any], repeat: int
         opts.enable_profiling = True
         opts.profile_file_prefix = os.path.join(tmp, "ort")
         sess = ort.InferenceSession(source.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        sess.run(None, dict(arrays))
+        feeds = dict(arrays)
+        sess.run(None, feeds)
         runs = []
         for _ in range(repeat):
             t = time.perf_counter()
-            sess.run(None, dict(arrays))
+            sess.run(None, feeds)
             runs.append(time.perf_counter() - t)
         with open(sess.end_profiling()) as f:
             events = json.load(f)

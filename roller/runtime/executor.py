@@ -7,10 +7,11 @@ turns (``lock``): concurrent runs would write each other's inputs and read each 
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -137,29 +138,24 @@ class Executor:
     def time_each_step(self, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Median seconds of each step launched alone ``repeat`` times (after ``warmup``), each launch waited
         for, on the buffers as a run left them (``roller.compiler.profile``)."""
-        out = []
         with self.lock:
-            for step in self.plan.steps:
-                times = []
-                for i in range(warmup + repeat):
-                    t = time.perf_counter()
-                    self._enqueue(step)
-                    self.device.finish()
-                    if i >= warmup:
-                        times.append(time.perf_counter() - t)
-                out.append(statistics.median(times))
-        return out
+            return [statistics.median(self._waited(functools.partial(self._enqueue, step), repeat, warmup))
+                    for step in self.plan.steps]
 
     def time_steps(self, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps on the buffers as they are (after ``warmup``)."""
-        out = []
         with self.lock:
-            for i in range(warmup + repeat):
-                t = time.perf_counter()
-                self.enqueue()
-                self.device.finish()
-                if i >= warmup:
-                    out.append(time.perf_counter() - t)
+            return self._waited(self.enqueue, repeat, warmup)
+
+    def _waited(self, enqueue: Callable[[], None], repeat: int, warmup: int) -> list[float]:
+        """Seconds of each of ``repeat`` calls of ``enqueue`` after ``warmup``, each waited for on the device."""
+        out = []
+        for i in range(warmup + repeat):
+            t = time.perf_counter()
+            enqueue()
+            self.device.finish()
+            if i >= warmup:
+                out.append(time.perf_counter() - t)
         return out
 
 
