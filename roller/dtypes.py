@@ -4,7 +4,8 @@
 buffer holds. They differ for bfloat16, which numpy has no type for (users pass float32, and a backend that
 stores bfloat16 passes the upper 16 bits of each float32, rounded to nearest even, as uint16), and for bool,
 which a device holds as one byte, 0 or 1. ``kind`` says how a kernel computes with the type: floating-point
-types in float32, integer ones in their own width (wrapping on overflow, as ONNX and numpy do), bool as 0 or 1.
+types in float32 (float64 in float64: a kernel that holds a float64 tensor computes every float value in float64,
+on backends that have it), integer ones in their own width (wrapping on overflow, as ONNX and numpy do), bool as 0 or 1.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class DType:
 
 
 DTYPES: dict[str, DType] = {d.name: d for d in (
-    DType("float64", 8, np.float64, np.float64, ops=False),
+    DType("float64", 8, np.float64, np.float64, ops=True),
     DType("float32", 4, np.float32, np.float32, ops=True),
     DType("float16", 2, np.float16, np.float16, ops=True),
     DType("bfloat16", 2, np.float32, np.uint16, ops=True),

@@ -14,7 +14,7 @@ from roller.ir.expr import Affine, BinOp, Call, Expr, Neg, axis_values, gathers,
 from roller.ir.identifiers import check_identifier, check_name
 from roller.ir.parse import ParseError, Statement, parse_statement
 from roller.ir.tensor_expr import DTYPE_BYTES, REDUCE_OPS, Axis, Stage, TensorDecl, TensorExpr
-from roller.ir.types import BodyTypes, TypeProblem, typed_body
+from roller.ir.types import FLOAT_COMPUTE, BodyTypes, TypeProblem, typed_body
 
 MAX_ELEMENTS = 2**31 - 1
 # Kernels walk a reduction with a 32-bit counter.
@@ -218,19 +218,20 @@ def build_expr(name: str, text: str, shapes: dict[str, list[int]] | None, *, dty
 
 def _acc_dtype(stmt: Statement, tensors: dict[str, str], output: str, reduce_op: str | None, text: str,
                ew: Where) -> str:
-    """What the body computes and accumulates in (roller.ir.types): float32 for a float body; for a typed one
-    its own type, int64 for an integer reduction (whose sum wraps to the output's width when stored)."""
+    """What the body computes and accumulates in (roller.ir.types): float32 for a float body, float64 where one
+    of its tensors is float64; for a typed one its own type, int64 for an integer reduction (whose sum wraps to
+    the output's width when stored)."""
     try:
         body_t = BodyTypes(tensors).body(stmt.body, output)
     except TypeProblem as err:
         raise expr_error(ew, text, max(err.pos, 0), err.message) from None
     if not typed_body(stmt.body, tensors) and not dtype_of(output).integral:
-        return "float32"
+        return "float64" if "float64" in (*tensors.values(), output) else "float32"
     if reduce_op is not None:
         if body_t == "bool":
             raise expr_error(ew, text, stmt.op_pos, f"a bool value cannot be reduced with '{stmt.op}' (convert it: "
                              "int64(...))")
-        return "float32" if body_t == "float32" else "int64"
+        return body_t if body_t in FLOAT_COMPUTE else "int64"
     return body_t
 
 
@@ -363,10 +364,12 @@ def _with_stages(name: str, text: str, parts: list[str], shapes: dict[str, list[
     inputs.update({t.name: t for t in main.inputs if t.name not in names})
     # Row axes lead (construction tiles them; each thread walks the rest): the output keeps its own order.
     axes = tuple(a for a in main.axes if a.name in rows) + tuple(a for a in main.axes if a.name not in rows)
-    if any(op.acc_dtype != "float32" for op in (*built, main)):
+    if any(op.acc_dtype not in FLOAT_COMPUTE for op in (*built, main)):
         raise ew.error("a row kernel computes in float: integer and bool element types and the typed functions "
                        "are not supported in one")
-    return replace(main, inputs=tuple(inputs.values()), stages=stages, axes=axes)
+    # one accumulator type for every stage: float64 where any stage holds a float64 tensor
+    acc = max((op.acc_dtype for op in (*built, main)), key=FLOAT_COMPUTE.index)
+    return replace(main, inputs=tuple(inputs.values()), stages=stages, axes=axes, acc_dtype=acc)
 
 
 def _check_index_range(stmt: Statement, ext: dict[str, int], text: str, where: Where) -> None:

@@ -17,7 +17,7 @@ BINARY_FUNCS = ("max", "min", "pow")
 COMPARE_FUNCS = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGIC_FUNCS = ("and", "or", "xor", "not")
 TEST_FUNCS = ("isnan", "isinf")
-CAST_FUNCS = ("float32", "int64", "int32", "int8", "uint8", "bool")
+CAST_FUNCS = ("float64", "float32", "int64", "int32", "int8", "uint8", "bool")
 TYPED_FUNCS = COMPARE_FUNCS + LOGIC_FUNCS + TEST_FUNCS + CAST_FUNCS + ("where",)
 FUNCS = UNARY_FUNCS + BINARY_FUNCS + TYPED_FUNCS
 #: how many arguments each function takes

@@ -399,8 +399,8 @@ def uses_padding(expr: TensorExpr) -> bool:
 
 # -- how far a correct kernel may be from the reference --------------------------------------------------------
 #: unit roundoff (half an ulp at 1.0) and smallest subnormal step of each storage dtype
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-_TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+_TINY = {"float64": 2.0**-1074, "float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 # Error of one evaluation of each function, in ulps of its result (1 ulp = 2 unit roundoffs): the OpenCL C 1.2
 # single-precision limits (CUDA's and HIP's are tighter); sigmoid is exp, an add and a division.
 _ULPS = {"exp": 3, "log": 3, "sqrt": 3, "rsqrt": 2, "tanh": 5, "erf": 16, "sigmoid": 7, "relu": 0, "abs": 0,

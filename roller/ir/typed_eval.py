@@ -2,7 +2,8 @@
 
 Each node computes in its type, as a kernel does: integers in their own width with wrapping (numpy's array
 arithmetic wraps), division truncating toward zero with ``x / 0 = 0`` and ``MIN / -1 = MIN`` (C would trap on
-both, ONNX leaves them undefined: this is what every backend renders), float in float32, bool as numpy bool.
+both, ONNX leaves them undefined: this is what every backend renders), float in float32 (float64 where a value
+is float64), bool as numpy bool.
 ``convert`` is ONNX's Cast as Roller defines it where ONNX does not: float to integer truncates toward zero,
 saturates at the type's bounds and takes NaN to 0; integer to a narrower integer wraps; anything to bool is
 "not zero".
@@ -17,9 +18,12 @@ from roller.dtypes import dtype as dtype_of
 from roller.ir.expr import CAST_FUNCS, Affine, AxisValue, BinOp, Call, Const, Expr, Gather, Neg, Read
 from roller.ir.types import WEAK_FLOAT, WEAK_INT, BodyTypes, meet, resolve
 
+#: the numpy types floating-point values compute in
+FLOAT_HOSTS = (np.float32, np.float64)
+
 
 def np_compute(t: str) -> type:
-    """The numpy type a value of compute type ``t`` (float32 or an integer or bool type) is held in."""
+    """The numpy type a value of compute type ``t`` (float32, float64 or an integer or bool type) is held in."""
     return dtype_of(t).host
 
 
@@ -88,7 +92,7 @@ class _Eval:
     def _node(self, e: Expr, t: str) -> np.ndarray:
         np_t = np_compute(t)
         if isinstance(e, Const):
-            return np.asarray(e.value if np_t in (np.float32,) else int(e.value)).astype(np_t)
+            return np.asarray(e.value if np_t in FLOAT_HOSTS else int(e.value)).astype(np_t)
         if isinstance(e, AxisValue):
             return np.asarray(self.env[e.axis]).astype(np_t)
         if isinstance(e, Read):
@@ -102,7 +106,7 @@ class _Eval:
         if isinstance(e, BinOp):
             a, b = self(e.lhs, t), self(e.rhs, t)
             with np.errstate(all="ignore"):
-                if e.op == "/" and np_t != np.float32:
+                if e.op == "/" and np_t not in FLOAT_HOSTS:
                     return _trunc_div(a, b, np_t)
                 return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[e.op](a, b).astype(np_t)
         if isinstance(e, Call):
@@ -130,7 +134,7 @@ class _Eval:
             if fn == "not":
                 return np.logical_not(self(args[0], "bool"))
             if fn in ("isnan", "isinf"):
-                x = self(args[0], "float32")
+                x = self(args[0], resolve(self.types.of(args[0]), "float32"))
                 return np.isnan(x) if fn == "isnan" else np.isinf(x)
             if fn in CAST_FUNCS:
                 inner = resolve(self.types.of(args[0]), fn)
@@ -140,10 +144,10 @@ class _Eval:
             np_t = np_compute(t)
             if fn == "pow":
                 with np.errstate(all="ignore"):
-                    return np.power(self(args[0], "float32"), self(args[1], "float32")).astype(np.float32)
+                    return np.power(self(args[0], t), self(args[1], t)).astype(np_t)
             if fn in ("max", "min"):
                 a, b = self(args[0], t), self(args[1], t)
-                if np_t == np.float32:   # NaN propagates, as the kernels' rl_max/rl_min
+                if np_t in FLOAT_HOSTS:   # NaN propagates, as the kernels' rl_max/rl_min
                     return (np.maximum if fn == "max" else np.minimum)(a, b)
                 return (np.maximum if fn == "max" else np.minimum)(a, b).astype(np_t)
             x = self(args[0], t)
@@ -151,7 +155,7 @@ class _Eval:
                 return np.abs(x).astype(np_t)
             if fn == "relu":
                 return np.where(x < 0, np.zeros_like(x), x)
-            return _float_call(fn)(x.astype(np.float32)).astype(np.float32)
+            return _float_call(fn)(x.astype(np_t)).astype(np_t)
 
 
 def _trunc_div(a: np.ndarray, b: np.ndarray, np_t: type) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Element types in a body: what each node computes in, and what a body may mix.
 
 A floating-point value computes in float32 (float16 and bfloat16 tensors are read into it, as the kernels
-always did); an integer one in its own type, wrapping on overflow (ONNX and numpy); a bool one as 0 or 1.
+always did), a float64 one in float64, which a float32 value meets in; an integer one in its own type, wrapping on overflow (ONNX and numpy); a bool one as 0 or 1.
 Literals and axis values are weak: they take the type of what they meet (``ids[i] + 1`` is int64 where ids
 is), a literal with a fraction makes an integer float32 (``ids[i] * 0.5``), and a body of weak values alone
 takes the output's type. Two integer types meet in the wider (a signed and an unsigned of one width in the
@@ -9,10 +9,12 @@ next signed width up, int32 for two bytes). Comparisons give bool; ``and``/``or`
 bool (any other value counts as true where it is not zero); ``where(c, a, b)`` gives the type ``a`` and ``b``
 meet in; ``isnan``/``isinf`` test a float; a type's name converts (float to integer truncating toward zero and
 saturating, NaN to 0; integer to a narrower one wrapping; anything to bool as "not zero"). The float functions
-(exp, log, ...) compute in float32 whatever their argument. Bool takes no part in arithmetic.
+(exp, log, ...) compute in float32 whatever their argument, float64 where one is float64. Bool takes no part in
+arithmetic.
 
-Float bodies are untouched by all this (``typed`` is False): they compute in float32 as before, and only
-typed bodies need a backend that renders them (``roller.backends.Backend.typed_bodies``).
+Float bodies are untouched by all this (``typed`` is False): they compute in float32 as before (in float64
+where one of the op's tensors is float64: ``roller.ir.build``), and only typed bodies need a backend that
+renders them (``roller.backends.Backend.typed_bodies``).
 """
 from __future__ import annotations
 
@@ -53,13 +55,20 @@ class TypeProblem(Exception):
         self.pos = pos
 
 
+#: the types floating-point values compute in, narrower first
+FLOAT_COMPUTE = ("float32", "float64")
+
+
 def compute_dtype(name: str) -> str:
-    """What a value of element type ``name`` computes in: float32 for every floating-point type."""
-    return "float32" if not dtype_of(name).integral else name
+    """What a value of element type ``name`` computes in: float64 for float64, float32 for every other
+    floating-point type."""
+    if dtype_of(name).integral:
+        return name
+    return "float64" if name == "float64" else "float32"
 
 
 def is_float(t: str) -> bool:
-    return t in ("float32", WEAK_FLOAT)
+    return t in (*FLOAT_COMPUTE, WEAK_FLOAT)
 
 
 def meet(a: str, b: str) -> str:
@@ -72,9 +81,10 @@ def meet(a: str, b: str) -> str:
         if x == WEAK_INT:
             return y
         if x == WEAK_FLOAT:
-            return "float32" if y != "float32" else y
-    if "float32" in (a, b):
-        return "float32"
+            return y if y in FLOAT_COMPUTE else "float32"
+    for f in reversed(FLOAT_COMPUTE):
+        if f in (a, b):
+            return f
     if "bool" in (a, b):
         return b if a == "bool" else a
     ka, kb = dtype_of(a), dtype_of(b)
@@ -150,7 +160,7 @@ class BodyTypes:
         if "bool" in args:
             raise TypeProblem(f"{fn}() takes numbers, not bool (convert it: int32(...) or float32(...))", e.pos)
         if (fn in UNARY_FUNCS and fn not in ("relu", "abs")) or fn == "pow":
-            return "float32"
+            return "float64" if "float64" in args else "float32"
         return meet(args[0], args[1]) if len(args) == 2 else args[0]
 
     def body(self, e: Expr, output: str) -> str:

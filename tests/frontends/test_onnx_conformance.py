@@ -47,7 +47,6 @@ WIDE_INT = ("int16, uint16, uint32 and uint64 tensors: no kernel holds them (an 
             "the model; a result of those types is refused)")
 STRING = "string tensors"
 FLOAT_MOD = "floating-point Mod: a truncation function in the IR (integer Mod is translated)"
-FLOAT64 = "float64 tensors on the device (IR: element type float64)"
 NARROW = ("8-, 4- and 2-bit element types (float8 variants, float4, int4, uint4, int2, uint2) on the device "
           "(IR: element types)")
 HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float16 only: OpenCL C has no "
@@ -67,11 +66,6 @@ FOLDED = ("every input is folded into the model (inputs used as constants, empty
 #: test-name pattern (a regular expression matched in full; the first match counts) -> why the case is excluded
 EXCLUDED: dict[str, str] = {
     # element types
-    r"test_cast(like)?_.*(DOUBLE).*": FLOAT64,
-    r"test_(max|min)_float64": FLOAT64,
-    r"test_cumsum_(?!.*int32).*": FLOAT64,
-    r"test_reduce_log_sum_exp_(?!empty_set).*": FLOAT64,
-    r"test_flexattention_double_expanded_ver\d+": FLOAT64,
     r"test_cast(like)?_.*(FLOAT8|FLOAT4|INT4|INT2).*": NARROW,
     r"test_(de)?quantizelinear_(e4m3fn|e5m2|float4e2m1|u?int4|u?int2)(_.*)?": NARROW,
     r"test_(de)?quantizelinear_u?int16": WIDE_INT,
@@ -79,7 +73,6 @@ EXCLUDED: dict[str, str] = {
     r"test_cast(like)?_.*BFLOAT16.*": HALF,
     r"test_.*(bfloat16|bf16).*": HALF,
     r"test_attention_4d_causal_fp16(_expanded)?": HALF_ROUNDING,
-    r"test_attention_local_window_gqa_rank4_mask_expanded": FLOAT64,
     r"test_(edge|reflect|wrap)_pad": INT,
     r"test_maxpool_2d_uint8": INT,
     r"test_maxpool_with_argmax_.*": INT,

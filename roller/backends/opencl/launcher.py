@@ -119,11 +119,23 @@ def build_options() -> list[str]:
     return ["-cl-fast-relaxed-math"] if settings.opencl.fast_math else []
 
 
+def require_float64(arts: Sequence[Artifact], dev: Any) -> None:
+    """Refuse, in one line, kernels with float64 tensors for a device without double precision (OpenCL makes
+    ``cl_khr_fp64`` optional: many GPUs' drivers leave it out), before the compiler fails on ``double``."""
+    if "cl_khr_fp64" in dev.extensions.split():
+        return
+    for art in arts:
+        if any(a.get("dtype") == "float64" for a in art.launch.get("arguments", [])):
+            raise InputError(f"{art.kernel_name}: float64 tensors need an OpenCL device with cl_khr_fp64, and "
+                             f"{dev.name.strip()} has none", field="dtype")
+
+
 def compile_many(arts: Sequence[Artifact], workdir: Path | None = None, use_cache: bool = True,
                  jobs: int | None = None) -> list[CLRunner]:
     """A runner for each artifact: its kernel from a program the cache holds, else from one program built
     for all the kernels no stored program holds (``programs.py``: why one, and what is kept)."""
     ctx, _, dev = context()
+    require_float64(arts, dev)
     options = build_options()
     on = programs.BuildSite(ctx, dev, tuple(options), programs.environment(options, device_version()))
     keys = [programs.kernel_key(a, on) for a in arts]
@@ -152,6 +164,7 @@ class CLRunner(Runner):
         if program is not None:
             self.program = program
         else:
+            require_float64([art], self.dev)
             try:
                 self.program = cl.Program(self.ctx, src).build(options=self.options)
             except cl.RuntimeError as err:

@@ -7,6 +7,7 @@ reaches the device.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,11 +23,11 @@ from roller.ir.build import Where, build_expr
 
 _T = onnx.TensorProto
 #: ONNX element types a value on the device may have, and Roller's name for them
-DEVICE_TYPES: dict[int, str] = {_T.FLOAT: "float32", _T.FLOAT16: "float16", _T.BFLOAT16: "bfloat16",
+DEVICE_TYPES: dict[int, str] = {_T.DOUBLE: "float64", _T.FLOAT: "float32", _T.FLOAT16: "float16", _T.BFLOAT16: "bfloat16",
                                 _T.INT64: "int64", _T.INT32: "int32", _T.INT8: "int8", _T.UINT8: "uint8",
                                 _T.BOOL: "bool"}
 #: the floating-point ones (what float-only ops take)
-FLOAT_TYPES = ("float32", "float16", "bfloat16")
+FLOAT_TYPES = ("float64", "float32", "float16", "bfloat16")
 #: integer literals written into a body exactly: a body's literals are doubles (``roller.ir.expr.Const``)
 MAX_EXACT_LITERAL = 2**53
 # The default-domain opsets the importer reads: from 11 to the installed onnx package's newest (the releases
@@ -76,10 +77,25 @@ def fmt(x: float) -> str:
     return repr(v)
 
 
+def real(x: float, dtype: str) -> str:
+    """A value the translation computes (a mean's ``1 / n``, an exponent) as a literal of a body whose values
+    are ``dtype``: exactly for float64, else as float32's value (``fmt``, as a float32 model holds it)."""
+    if dtype != "float64":
+        return fmt(x)
+    if not math.isfinite(x):
+        raise ValueError(f"cannot inline {x!r}")
+    return repr(float(x))
+
+
+def real_type(dtype: str) -> type:
+    """The numpy type of a constant the translation computes for values of ``dtype`` (``real``'s arrays)."""
+    return np.float64 if dtype == "float64" else np.float32
+
+
 def held_type(kind: np.dtype) -> str:
-    """The element type a constant of numpy type ``kind`` is uploaded as: float16 and the integer and bool
-    types stay what they are (the kernels of a float16 model read them so); every other float type becomes
-    float32 (bfloat16 constants too: ml_dtypes' type is no host type of the table)."""
+    """The element type a constant of numpy type ``kind`` is uploaded as: float64, float16 and the integer and
+    bool types stay what they are (the kernels of a float16 or float64 model read them so); every other float
+    type becomes float32 (bfloat16 constants too: ml_dtypes' type is no host type of the table)."""
     return kind.name if kind.name in DEVICE_TYPES.values() and kind.name != "bfloat16" else "float32"
 
 
@@ -93,7 +109,7 @@ def literal(c: np.ndarray) -> str | None:
     if np.issubdtype(c.dtype, np.integer):
         return str(int(x)) if abs(int(x)) <= MAX_EXACT_LITERAL else None
     if np.issubdtype(c.dtype, np.floating) and np.isfinite(x):
-        return fmt(float(x))
+        return repr(float(x)) if c.dtype == np.float64 else fmt(float(x))
     return None
 
 

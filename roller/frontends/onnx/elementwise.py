@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import DEVICE_TYPES, FLOAT_TYPES, Context, fmt, literal, translates
+from roller.frontends.onnx.context import DEVICE_TYPES, FLOAT_TYPES, Context, fmt, literal, real, translates
 
 Operand = str   # an expression: a read like "A[i0,0,i2]" or a literal
 
@@ -90,7 +90,7 @@ def variadic(ctx: Context, node: onnx.NodeProto) -> None:
     n = len([i for i in node.input if i])
     if node.op_type in ("Sum", "Mean"):
         total = lambda x: " + ".join(f"({a})" for a in x)
-        body = total if node.op_type == "Sum" else (lambda x: f"({total(x)}) / {fmt(n)}")
+        body = total if node.op_type == "Sum" else (lambda x: f"({total(x)}) / {n}")
     else:
         fn = node.op_type.lower()
 
@@ -210,12 +210,13 @@ def hard_sigmoid(ctx: Context, node: onnx.NodeProto) -> None:
 @translates("Gelu")
 def gelu(ctx: Context, node: onnx.NodeProto) -> None:
     approx = ctx.text(node, "approximate", "none")
+    kind = ctx.element_type(node.input[0])
     if approx == "tanh":
         k = math.sqrt(2 / math.pi)
-        body = lambda x: (f"0.5 * ({x[0]}) * (1.0 + tanh({fmt(k)} * (({x[0]}) + "
+        body = lambda x: (f"0.5 * ({x[0]}) * (1.0 + tanh({real(k, kind)} * (({x[0]}) + "
                           f"0.044715 * ({x[0]}) * ({x[0]}) * ({x[0]}))))")
     elif approx == "none":
-        body = lambda x: f"0.5 * ({x[0]}) * (1.0 + erf(({x[0]}) * {fmt(1 / math.sqrt(2))}))"
+        body = lambda x: f"0.5 * ({x[0]}) * (1.0 + erf(({x[0]}) * {real(1 / math.sqrt(2), kind)}))"
     else:
         raise ctx.error(node, f"approximate={approx!r} is not supported (none, tanh)")
     elementwise(ctx, node, body, inputs=[0])
@@ -245,6 +246,7 @@ def power(ctx: Context, node: onnx.NodeProto) -> None:
         elementwise(ctx, node, lambda x: f"pow({x[0]}, {cast}({x[1]}))", dtype=kinds[0])
         return
     p = float(e.reshape(-1)[0])
+    kind = ctx.element_type(node.input[0])
     if p.is_integer() and abs(p) > MAX_PRODUCT_EXPONENT:
         raise ctx.error(node, f"the integer exponent {p:g} is not supported (|e| <= {MAX_PRODUCT_EXPONENT})")
 
@@ -259,7 +261,7 @@ def power(ctx: Context, node: onnx.NodeProto) -> None:
             return f"sqrt({a})"
         if p == -0.5:
             return f"rsqrt({a})"
-        return f"exp({fmt(p)} * log({a}))"
+        return f"exp({real(p, kind)} * log({a}))"
     elementwise(ctx, node, body, inputs=[0])
 
 

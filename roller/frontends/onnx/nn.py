@@ -7,7 +7,7 @@ import math
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import Context, fmt, translates
+from roller.frontends.onnx.context import Context, fmt, real, real_type, translates
 from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
 from roller.frontends.onnx.tensor import permute
 from roller.graph.ir import Piece, Value
@@ -211,7 +211,7 @@ def pool(ctx: Context, node: onnx.NodeProto) -> None:
                    pad_value=float("-inf"), extents=extents, kind="maxpool")
         return
     include = bool(ctx.attr(node, "count_include_pad", 0))
-    inv = divisors(spatial, kernel, strides, dil, before, after, out, include)
+    inv: np.ndarray = divisors(spatial, kernel, strides, dil, before, after, out, include).astype(real_type(x.dtype))
     d = ctx.add_const(inv, ctx.fresh(node.output[0] + ":inv_count"))
     ctx.kernel(node, f"{y_idx} += X[n,c,{','.join(x_sp)}] * D[{','.join(o_ax)}]", {"X": x.name, "D": d},
                node.output[0], [n, c, *out], extents=extents, kind="avgpool")
@@ -242,7 +242,7 @@ def lp_pool(ctx: Context, node: onnx.NodeProto) -> None:
     ctx.kernel(node, f"Y[{y_idx}] += {term}", {"X": x.name}, total, shape, extents=dict(zip(k_ax, kernel)),
                kind="lppool")
     if p > 1:
-        root = f"sqrt(S[{y_idx}])" if p == 2 else f"exp(log(S[{y_idx}]) * {fmt(1.0 / p)})"
+        root = f"sqrt(S[{y_idx}])" if p == 2 else f"exp(log(S[{y_idx}]) * {real(1.0 / p, x.dtype)})"
         ctx.kernel(node, f"Y[{y_idx}] = {root}", {"S": total}, node.output[0], shape, kind="lppool_root")
 
 
@@ -263,7 +263,7 @@ def divisors(spatial: list[int], kernel: list[int], strides: list[int], dil: lis
     count = per_dim[0].astype(np.float64)
     for c in per_dim[1:]:
         count = np.multiply.outer(count, c)
-    return (1.0 / np.maximum(count, 1)).astype(np.float32)
+    return 1.0 / np.maximum(count, 1)
 
 
 @translates("GlobalAveragePool", "GlobalMaxPool")
@@ -275,7 +275,7 @@ def global_pool(ctx: Context, node: onnx.NodeProto) -> None:
     if node.op_type == "GlobalMaxPool":
         ctx.kernel(node, f"Y[n,c] max= X[n,c,{','.join(sp)}]", {"X": x.name}, tmp, [n, c], kind="reduce")
     else:
-        ctx.kernel(node, f"Y[n,c] += X[n,c,{','.join(sp)}] * {fmt(1.0 / math.prod(spatial))}", {"X": x.name}, tmp,
+        ctx.kernel(node, f"Y[n,c] += X[n,c,{','.join(sp)}] * {real(1.0 / math.prod(spatial), x.dtype)}", {"X": x.name}, tmp,
                    [n, c], kind="reduce")
     ctx.view(node, tmp, node.output[0], [n, c] + [1] * len(spatial))
 
@@ -338,7 +338,7 @@ def reduce(ctx: Context, node: onnx.NodeProto) -> None:
                               ctx.fresh(node.output[0] + ":max"), tmp_shape, kind="reduce")
     body = term.format(x=f"X[{full}]", kept=row)
     if node.op_type == "ReduceMean":
-        body = f"{body} * {fmt(1.0 / count)}"
+        body = f"{body} * {real(1.0 / count, x.dtype)}"
     y = node.output[0] if final == tmp_shape and post == "{r}" else ctx.fresh(node.output[0] + ":r")
     ctx.kernel(node, f"Y[{row}] {op} {body}", ins, y, tmp_shape, kind="reduce")
     if post != "{r}":

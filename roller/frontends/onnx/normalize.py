@@ -7,7 +7,7 @@ import math
 import numpy as np
 import onnx
 
-from roller.frontends.onnx.context import Context, fmt, translates
+from roller.frontends.onnx.context import Context, fmt, real, translates
 from roller.frontends.onnx.elementwise import axes
 
 
@@ -77,9 +77,10 @@ def layer_norm(ctx: Context, node: onnx.NodeProto) -> None:
     src = ctx.view(node, x.name, ctx.fresh(x.name + ":2d"), [rows, n])
     norm_shape = list(x.shape[a:])
     tensors = {"X": src}
-    mean = ctx.kernel(node, f"Y[r] += X[r,c] * {fmt(1.0 / n)}", tensors, ctx.fresh(node.output[0] + ":mean"), [rows],
+    inv = real(1.0 / n, x.dtype)
+    mean = ctx.kernel(node, f"Y[r] += X[r,c] * {inv}", tensors, ctx.fresh(node.output[0] + ":mean"), [rows],
                       kind="reduce")
-    var = ctx.kernel(node, f"Y[r] += (X[r,c] - M[r]) * (X[r,c] - M[r]) * {fmt(1.0 / n)}", {"X": src, "M": mean},
+    var = ctx.kernel(node, f"Y[r] += (X[r,c] - M[r]) * (X[r,c] - M[r]) * {inv}", {"X": src, "M": mean},
                      ctx.fresh(node.output[0] + ":var"), [rows], kind="reduce")
     body = f"(X[r,c] - M[r]) * rsqrt(V[r] + {fmt(eps)})"
     ins = {"X": src, "M": mean, "V": var}
@@ -184,9 +185,10 @@ def _moments(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int],
              red: list[int]) -> tuple[str, list[str], list[str], str, str]:
     """Mean and (population) variance of ``src`` over the axes ``red``: (source, its axis names, the kept axis
     names, mean, variance)."""
+    kind = ctx.element_type(src)
     src, names, kept, row_shape = _reduced_rows(ctx, node, src, shape, red)
     full, row = ",".join(names), ",".join(kept)
-    inv = fmt(1.0 / math.prod(shape[d] for d in red))
+    inv = real(1.0 / math.prod(shape[d] for d in red), kind)
     out = node.output[0]
     mean = ctx.kernel(node, f"Y[{row}] += X[{full}] * {inv}", {"X": src}, ctx.fresh(out + ":mean"), row_shape,
                       kind="reduce")
@@ -197,8 +199,9 @@ def _moments(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int],
 
 def _mean_square(ctx: Context, node: onnx.NodeProto, src: str, shape: list[int], red: list[int]) -> str:
     """The mean of the squares of ``src`` over the axes ``red`` (the kept axes' shape, [1] if none)."""
+    kind = ctx.element_type(src)
     src, names, kept, row_shape = _reduced_rows(ctx, node, src, shape, red)
-    inv = fmt(1.0 / math.prod(shape[d] for d in red))
+    inv = real(1.0 / math.prod(shape[d] for d in red), kind)
     full, row = ",".join(names), ",".join(kept)
     return ctx.kernel(node, f"Y[{row}] += X[{full}] * X[{full}] * {inv}", {"X": src},
                       ctx.fresh(node.output[0] + ":ms"), row_shape, kind="reduce")

@@ -61,14 +61,16 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     it is a cache, each thread owns a contiguous run of every axis (schedule.blocked_threads; ``blocked``
     decides instead where given)."""
     expr = prog.expr
-    if expr.stages:
-        return lower_rows(prog, d, kernel_name)
     for t in expr.tensors:
         if t.dtype not in d.ctype:
             # Checked here for every C-family backend: a dtype without a type of its own must not be rendered as
             # another (OpenCL once ran bfloat16 as float32) nor end as a KeyError.
             raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
                              f"use {' or '.join(d.ctype)}", field="dtype")
+    if expr.acc_dtype == "float64" or any(t.dtype == "float64" for t in expr.tensors):
+        d = d.for_float64()
+    if expr.stages:
+        return lower_rows(prog, d, kernel_name)
     expr = hoist_divisor(expr)
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     name = kernel_name or expr.name
@@ -168,7 +170,8 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         inputs.append(tp)
 
     # An axis's value: its global coordinate (tile start + local coordinate in a staged kernel).
-    axis_c = (lambda a: f"((float)(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"((float){var_global(a)})")
+    real = d.real
+    axis_c = (lambda a: f"(({real})(rl_s_{a} + rl_l_{a}))") if staged else (lambda a: f"(({real}){var_global(a)})")
     typed = None
     if expr.typed:
         plans = {tp.name: tp for tp in inputs}

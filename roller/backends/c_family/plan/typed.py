@@ -6,7 +6,8 @@ unsigned type of the same width and convert back, so that overflow wraps instead
 division by zero gives 0 and ``MIN / -1`` gives ``MIN`` (C would trap on both, and PoCL's kernels run in the
 process); a float converts to an integer through a saturating helper (NaN to 0), to bool as "not zero". A
 bool value is an ``int`` 0 or 1 while computing and one byte when stored. Reads of integer and bool tensors
-load the element as it is (``TensorPlan.raw``); float tensors convert to float32 as in float bodies.
+load the element as it is (``TensorPlan.raw``); float tensors convert to float32 as in float bodies (float64
+ones compute in float64, ``double``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
 from roller.ir.expr import CAST_FUNCS, COMPARE_FUNCS, AxisValue, BinOp, Call, Const, Expr, Gather, Neg, Read
 from roller.ir.tensor_expr import TensorExpr
-from roller.ir.types import WEAK_FLOAT, WEAK_INT, BodyTypes, compute_dtype, meet, resolve
+from roller.ir.types import FLOAT_COMPUTE, WEAK_FLOAT, WEAK_INT, BodyTypes, compute_dtype, meet, resolve
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # (signed bounds as C expressions, the float at or past which a conversion saturates) per integer type
@@ -53,7 +54,7 @@ class TypedC:
     # -- types -----------------------------------------------------------------------------------------------
     def ctype(self, t: str) -> str:
         """The C type a value of compute type ``t`` is held in while computing (bool: int 0 or 1)."""
-        return "float" if t == "float32" else "int" if t == "bool" else self.d.ctype[t]
+        return "int" if t == "bool" else self.d.ctype[t]
 
     def utype(self, t: str) -> str:
         return self.d.unsigned[t]
@@ -63,10 +64,10 @@ class TypedC:
             return x
         if dst == "bool":
             return f"((int)(({x}) != 0))"
-        if dst == "float32":
-            return f"((float)({x}))"
-        if src == "float32":
-            return f"{self._f2i(dst)}({x})"
+        if dst in FLOAT_COMPUTE:
+            return f"(({self.ctype(dst)})({x}))"
+        if src in FLOAT_COMPUTE:
+            return f"{self._f2i(src, dst)}({x})"
         return f"(({self.ctype(dst)})({x}))"
 
     # -- the body --------------------------------------------------------------------------------------------
@@ -81,7 +82,7 @@ class TypedC:
 
     def _node(self, e: Expr, t: str) -> str:
         if isinstance(e, Const):
-            if t == "float32":
+            if t in FLOAT_COMPUTE:
                 return c_float(e.value, self.d)
             return f"(({self.ctype(t)}){int(e.value)})"
         if isinstance(e, AxisValue):
@@ -95,10 +96,10 @@ class TypedC:
             return self.convert(x, src, t)
         if isinstance(e, Neg):
             x = self.render(e.x, t)
-            return f"(-{x})" if t == "float32" else f"(({self.ctype(t)})(0 - ({self.utype(t)})({x})))"
+            return f"(-{x})" if t in FLOAT_COMPUTE else f"(({self.ctype(t)})(0 - ({self.utype(t)})({x})))"
         if isinstance(e, BinOp):
             a, b = self.render(e.lhs, t), self.render(e.rhs, t)
-            if t == "float32":
+            if t in FLOAT_COMPUTE:
                 return f"({a} {e.op} {b})"
             if e.op == "/":
                 return f"{self._div(t)}({a}, {b})"
@@ -120,15 +121,16 @@ class TypedC:
         if fn == "not":
             return f"((int)!{self.render(args[0], 'bool')})"
         if fn in ("isnan", "isinf"):
-            return f"((int)({fn}({self.render(args[0], 'float32')}) ? 1 : 0))"
+            at = resolve(self.types.of(args[0]), "float32")
+            return f"((int)({fn}({self.render(args[0], at)}) ? 1 : 0))"
         if fn in CAST_FUNCS:
             inner = resolve(self.types.of(args[0]), fn)
             return self.convert(self.render(args[0], inner), inner, fn)
         if fn == "where":
             c = self.render(args[0], "bool")
             return f"({c} ? {self.render(args[1], t)} : {self.render(args[2], t)})"
-        if t == "float32":
-            vals = [self.render(a, "float32") for a in args]
+        if t in FLOAT_COMPUTE:
+            vals = [self.render(a, t) for a in args]
             return self.d.funcs[fn].format(*vals, zero=c_float(0.0, self.d), one=c_float(1.0, self.d), v="")
         vals = [self.render(a, t) for a in args]
         ct, u = self.ctype(t), self.utype(t)
@@ -145,7 +147,7 @@ class TypedC:
     # -- reduction and store ---------------------------------------------------------------------------------
     def acc_init(self) -> str:
         t, op = self.expr.acc_dtype, self.expr.reduce_op
-        if t == "float32":
+        if t in FLOAT_COMPUTE:
             return {"max": f"(-{self.d.infinity})", "min": self.d.infinity}.get(op or "", c_float(0.0, self.d))
         if op is None:
             return f"(({self.ctype(t)})0)"
@@ -157,7 +159,7 @@ class TypedC:
         t, op = self.expr.acc_dtype, self.expr.reduce_op
         if op is None:
             return "{acc} = {val};"
-        if t == "float32":
+        if t in FLOAT_COMPUTE:
             return "{acc} += {val};" if op == "sum" else "{acc} = " + self.d.funcs[op].format(
                 "{acc}", "{val}", zero="", one="", v="") + ";"
         ct = self.ctype(t)
@@ -182,12 +184,12 @@ class TypedC:
         return c_float(self.expr.pad_value, self.d)
 
     # -- helpers ---------------------------------------------------------------------------------------------
-    def _f2i(self, t: str) -> str:
-        name = f"rl_f2{t}"
+    def _f2i(self, src: str, t: str) -> str:
+        name = f"rl_{'f' if src == 'float32' else 'd'}2{t}"
         if name not in self.helpers:
-            low, high, edge, bottom = _LIMITS[t]
+            low, high, edge, bottom = _LIMITS[t]   # float32 literals: every bound is exact in both types
             ct = self.d.ctype[t]
-            self.helpers[name] = (f"{self.d.helper_qual} {ct} {name}(float x) {{ return x != x ? ({ct})0 : "
+            self.helpers[name] = (f"{self.d.helper_qual} {ct} {name}({self.ctype(src)} x) {{ return x != x ? ({ct})0 : "
                                   f"x >= {edge} ? ({ct}){high} : x <= {bottom} ? ({ct}){low} : ({ct})x; }}")
         return name
 

@@ -9,7 +9,7 @@ kernel is made of can be read, and imported, without the code that decides and b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,17 @@ class Dialect:
     # the unsigned type of each integer element type (typed bodies wrap through it, plan/typed.py)
     unsigned: dict[str, str] = field(default_factory=dict)
     helper_qual: str = "inline"  # how a helper function is declared (typed bodies' conversions, divisions)
+    real: str = "float"  # the C type a float body computes in: double in a kernel that holds a float64 tensor
+
+    def for_float64(self) -> Dialect:
+        """This dialect for a kernel that computes in float64 (``roller.ir.types``): the same spellings with
+        ``double`` where float32 ones say ``float``, literals without the float suffix (``0.1f`` is not 0.1 in
+        double), and conversions through float32 (float16's helpers take and give float32)."""
+        wide = self.ctype["float64"]
+        return replace(self, real=wide, float_suffix="", to_acc=f"({wide})({{x}})",
+                       conversions={c: (f"(({wide}){load})", store.replace("{x}", "(float)({x})"))
+                                    for c, (load, store) in self.conversions.items()},
+                       vector_io={})
 
     def load(self, ctype: str, x: str) -> str:
         """Element ``x`` of storage type ``ctype`` as the accumulator type."""

@@ -60,8 +60,8 @@ def vec_plan(expr: TensorExpr, spatial: list[AxisPlan], inputs: list[TensorPlan]
                 reads[(tp.name, idx)] = vector_read(tp, idx, ax.name, ax.extent, width, vtype, expr.pad_value, d,
                                                     clamp, across, aligned=not ax.block % width)
         def axis_v(a: str) -> str:
-            lanes = f" + ({vtype})({', '.join(f'{k}.0f' for k in range(width))})" if a == ax.name else ""
-            return f"(({vtype})((float){var_global(a)}){lanes})"
+            lanes = f" + ({vtype})({', '.join(f'{k}.0{d.float_suffix}' for k in range(width))})" if a == ax.name else ""
+            return f"(({vtype})(({d.real}){var_global(a)}){lanes})"
 
         return render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype, axis_v)
 
@@ -113,9 +113,9 @@ def reduce_vec_plan(expr: TensorExpr, spatial: list[AxisPlan], reduce: list[Axis
     reads = {(tp.name, idx): vector_read(tp, idx, axis, extent, width, vtype, expr.pad_value, d, {})
              for tp in inputs for idx in expr.accesses(tp.name)}
     body = render_body(expr.body, d, lambda r: reads[(r.tensor, r.index)], vtype,
-                       lambda a: f"(({vtype})((float){var_global(a)}) + ({vtype})"
-                                 f"({', '.join(f'{k}.0f' for k in range(width))}))" if a == axis
-                       else f"(({vtype})((float){var_global(a)}))")
+                       lambda a: f"(({vtype})(({d.real}){var_global(a)}) + ({vtype})"
+                                 f"({', '.join(f'{k}.0{d.float_suffix}' for k in range(width))}))" if a == axis
+                       else f"(({vtype})(({d.real}){var_global(a)}))")
     outer: list[tuple[str, int | str, int]] = [(a.name, loop_extent[a.name], 0) for a in expr.reduce_axes
                                                if a.name != axis]
     guard = " && ".join(f"{var_global(ax.name)} < {ax.extent}" for ax in spatial if ax.extent % ax.block)
