@@ -28,8 +28,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "build", help="construct, render and write kernels (DIR/<op>/kernel.*, launch.json, rprogram.json, "
                       "report.json)",
-        description="Construct the top-K rPrograms of each op for a hardware description, render the best one "
-                    "(by the model, or measured with --eval) and write it to DIR/<op>/.")
+        description="Construct the top-K rPrograms of each op for a hardware description (default: this "
+                    "machine's own, --hw host), render the best one (by the model, or measured with --eval) and "
+                    "write it to DIR/<op>/.")
     add_common(p)
     p.add_argument("--dry-run", action="store_true", help="construct only: print the top-K table, write nothing")
     p.add_argument("--format", choices=("text", "json"), default="text",

@@ -16,7 +16,7 @@ import numpy as np
 from roller import hw
 from roller.atomic import write_atomic
 from roller.compiler.inputs import Input, OpInput, load_input
-from roller.compiler.target import Target, load_description, local_names, missing_hw
+from roller.compiler.target import Target, default_hw, load_description, local_names, missing_hw
 from roller.errors import InputError
 from roller.ir.tensor_expr import TensorExpr
 
@@ -46,7 +46,9 @@ def add_hw_arguments(parser: argparse.ArgumentParser, *, required: bool = True, 
     parser.add_argument("--hw", dest="hw", metavar="NAME|FILE", required=required and default is None,
                         default=default, help=f"hardware description: a bundled name ({names}), a YAML file"
                                               + (f", or {local}: this machine's own device, measured the first "
-                                                 "time it is used and cached" if local else ""))
+                                                 "time it is used and cached" if local else "")
+                                              + ("" if required or default else
+                                                 f" (default: {local or 'none'}, where this machine has the device)"))
     add_set_argument(parser)
 
 
@@ -55,10 +57,13 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
 
 
 def hw_from_args(args: argparse.Namespace) -> hw.HardwareDesc:
-    """The description named by ``--hw`` with the ``--set`` overrides applied (InputError on any problem)."""
+    """The description named by ``--hw`` with the ``--set`` overrides applied (InputError on any problem); where
+    none is named, this machine's own for the commands that build and run (``add_common``: ``default_hw``)."""
     name = getattr(args, "hw", None)
     if not name:
-        raise missing_hw("missing --hw NAME|FILE")
+        if not getattr(args, "hw_default", False):
+            raise missing_hw("missing --hw NAME|FILE")
+        name = default_hw()
     return load_description(name, overrides_from_args(args))
 
 
@@ -69,11 +74,13 @@ def target_from_args(args: argparse.Namespace) -> Target:
 
 # -- the input file ---------------------------------------------------------------------------------------------
 
-def add_common(p: argparse.ArgumentParser, *, required_hw: bool = True) -> None:
-    """Options shared by build and run: the input file, --hw/--set, --op, --backend, --top-k, --shape, --fuse."""
+def add_common(p: argparse.ArgumentParser) -> None:
+    """Options shared by build and run: the input file, --hw/--set, --op, --backend, --top-k, --shape, --fuse.
+    Without --hw they build for this machine's own description (``hw_from_args``)."""
     p.add_argument("file", metavar="OP.json|MODEL.onnx",
                    help="op file (one op or {\"ops\": [...]}) or an ONNX model (built and run whole)")
-    add_hw_arguments(p, required=required_hw)
+    add_hw_arguments(p, required=False)
+    p.set_defaults(hw_default=True)
     p.add_argument("--op", dest="op_name", metavar="NAME", default=None,
                    help="only the op with this name (default: every op of the file)")
     p.add_argument("--backend", default=None, metavar="NAME",

@@ -37,11 +37,11 @@ def register(sub: Any) -> None:
         "run", help="build, run on this machine's device, check against the reference, time",
         description="Build each op (top-1 by the model, or the fastest measured with --eval), run it on the "
                     "local device and print its time and GFLOP/s (reductions) or GB/s (others). The "
-                    "description's backend must run here: e.g. --hw pocl-cpu, --hw host (this machine's OpenCL "
-                    "device, probed the first time), or any description with --backend opencl. A folder that "
-                    "roller build wrote runs as built (--hw is then optional: default, the description it was "
+                    "description's backend must run here: --hw host (this machine's OpenCL device, probed the "
+                    "first time and cached: the default), e.g. --hw pocl-cpu, or any description with --backend "
+                    "opencl. A folder that roller build wrote runs as built (default: the description it was "
                     "built for).")
-    add_common(p, required_hw=False)
+    add_common(p)
     p.add_argument("--inputs", metavar="IN.npz", default=None,
                    help="input arrays by tensor name (OP.TENSOR also accepted); default: random, seed 0")
     p.add_argument("--save", metavar="OUT.npz", default=None, help="write the outputs here (npz)")

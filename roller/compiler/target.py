@@ -46,6 +46,17 @@ def load_description(hw: str | os.PathLike, overrides: Mapping[str, Any] | None 
     return load_hw(hw, overrides=overrides, local=_local_files())
 
 
+def default_hw() -> str:
+    """The description a build gets where none is named: this machine's own, measured the first time and cached
+    (the first name a backend that runs here measures: ``host``, the OpenCL device), so that kernels are built
+    for the CPU a user has rather than for the bundled ``pocl-cpu``'s AVX-512 EPYC. Without such a device, the
+    error that lists the names a build could have had."""
+    for b in _backends.registry().values():
+        if b.local_names and b.can_run_here():
+            return b.local_names[0]
+    raise missing_hw("no description named, and no device here to measure one")
+
+
 def missing_hw(what: str) -> InputError:
     """The error for a build given no description: the names it could have had."""
     local = f"; measured here: {', '.join(local_names())}" if local_names() else ""
@@ -66,8 +77,9 @@ class Target:
     @classmethod
     def resolve(cls, hw: HwLike | Target | None, backend: str | None = None,
                 overrides: Mapping[str, Any] | None = None) -> Target:
-        """The target of a description (name, path, HardwareDesc or ``host``) and a backend name (default: the
-        description's own); a Target given is returned as it is when no other backend is asked for."""
+        """The target of a description (name, path, HardwareDesc or ``host``; None: ``default_hw``) and a backend
+        name (default: the description's own); a Target given is returned as it is when no other backend is
+        asked for."""
         if isinstance(hw, Target):
             if overrides:
                 raise InputError("overrides apply to a description loaded by name or path, not to a Target")
@@ -75,7 +87,7 @@ class Target:
                 return hw
             return cls(hw.hw, _backends.for_hw(hw.hw, backend))
         if hw is None:
-            raise missing_hw("compile needs hw=NAME|FILE|HardwareDesc")
+            hw = default_hw()
         if isinstance(hw, HardwareDesc):
             if overrides:
                 raise InputError("overrides apply to a description loaded by name or path, not to a HardwareDesc")

@@ -24,7 +24,7 @@ cl = pytest.importorskip("pyopencl")
 
 ROOT = Path(__file__).resolve().parents[2]
 # A busy machine adds "(load average L on N cores: the figures may be low)" after the time.
-FIRST = re.compile(r"roller: --hw host: probing (.+), once for this device\.\.\. probed in [\d.]+ s"
+FIRST = re.compile(r"roller: --hw host \(this machine's own description, the default\): probing (.+), once for this device\.\.\. probed in [\d.]+ s"
                    r"(?: \(load average [\d.]+ on \d+ cores: the figures may be low\))?, cached at (.+)")
 
 
@@ -81,6 +81,13 @@ def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypat
     proc = _roller(["build", "--hw", "host", "examples/matmul.json", "--dry-run", "--top-k", "2"], folder)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.startswith("matmul_256 on host (opencl)")
+    # Naming no description is naming host (issue 43): build and run, the same file read silently.
+    proc = _roller(["build", "examples/matmul.json", "--dry-run", "--top-k", "2"], folder)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("matmul_256 on host (opencl)")
+    proc = _roller(["run", "examples/matmul.json"], folder)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("matmul_256  host/opencl"), proc.stdout
     assert path.stat().st_mtime_ns == before
 
     # In this process too: the API and the description loader take the name, and nothing is probed.
@@ -92,11 +99,12 @@ def test_later_uses_read_the_cache_silently(probed: tuple[Path, Path], monkeypat
     assert load_description("host").content_hash() == hw.load(path).content_hash()
     k = roller.compile({"op": "matmul", "M": 64, "N": 48, "K": 32}, hw="host")
     assert k.hw.name == "host"
+    assert roller.compile({"op": "matmul", "M": 64, "N": 48, "K": 32}).hw.name == "host"   # the default
     a = np.random.default_rng(0).random((64, 32), dtype=np.float32)
     b = np.random.default_rng(1).random((32, 48), dtype=np.float32)
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5)
     m = roller.compile_model(_relu_model(), hw="host")
-    assert m.hw.name == "host"
+    assert m.hw.name == "host" and roller.compile_model(_relu_model()).hw.name == "host"
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(m(x), np.maximum(x, 0))
     child = tmp_path / "child.yaml"
@@ -183,10 +191,15 @@ def _no_platform_env() -> dict[str, str]:
 
 
 def test_no_opencl_device_is_a_one_line_toolchain_error(tmp_path: Path) -> None:
-    proc = _roller(["run", "--hw", "host", "examples/matmul.json"], tmp_path, **_no_platform_env())
+    env = _no_platform_env()
+    proc = _roller(["run", "--hw", "host", "examples/matmul.json"], tmp_path, **env)
     assert proc.returncode == 5
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
         "roller: error: --hw host describes this machine's OpenCL device, and there is none: no OpenCL platform")
+    # With no description named and none to measure, a build says which names it could have had.
+    proc = _roller(["build", "examples/matmul.json", "--dry-run"], tmp_path, **env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        "roller: error: no description named, and no device here to measure one (bundled: a100, "), proc.stderr
     assert not (tmp_path / "hw").exists()
 
 

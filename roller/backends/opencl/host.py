@@ -183,7 +183,9 @@ def _probe(dev: Any, probe_mode: str, damaged: str = "") -> tuple[str, str]:
     what = f"{dev.name.strip()} ({dev.platform.name.strip()}{', quick' if quick else ''})"
     lead = f"the cached description is damaged ({damaged}); probing {what} again" if damaged else \
         f"probing {what}, once for this device"
-    print(f"roller: --hw {NAME}: {lead}... ", end="", file=sys.stderr, flush=True)
+    # The one line a user sees the first time a build names no description (host is then the default).
+    print(f"roller: --hw {NAME} (this machine's own description, the default): {lead}... ", end="",
+          file=sys.stderr, flush=True)
     busy = _busy()
     try:
         with _quiet_stderr():
