@@ -1,8 +1,9 @@
 """CUDA backend: kernels from the shared C-family plan in CUDA C++, compiled by nvcc (or NVRTC), run through
 CuPy where an NVIDIA GPU is present.
 
-float32 and float16 (and bfloat16) tensors; arithmetic and accumulation in float32. float16/bfloat16
-GEMM-shaped ops constructed with matrix instructions (``RProgram.use_matrix``) get the wmma fragment path.
+float32, float16 and bfloat16 tensors, arithmetic and accumulation in float32; float64 ones in double.
+float16/bfloat16 GEMM-shaped ops constructed with matrix instructions (``RProgram.use_matrix``) get the wmma
+fragment path.
 Nothing here touches the CUDA driver unless a GPU was detected first (roller/backends/cuda/toolchain.py).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ STATIC_SMEM_LIMIT = 48 * 1024
 DYN_ALIGN = 128
 
 DIALECT = Dialect(
-    ctype={"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int64": "long long", "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char"},
+    ctype={"float64": "double", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int64": "long long", "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char"},
     unsigned={"int64": "unsigned long long", "int32": "unsigned int", "int8": "unsigned char",
               "uint8": "unsigned char"},
     helper_qual="__device__ inline",
@@ -56,7 +57,7 @@ def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[l
 
 
 def _ctype_bytes(ctype: str) -> int:
-    return {"float": 4, "int": 4, "long long": 8, "signed char": 1, "unsigned char": 1}.get(ctype, 2)
+    return {"double": 8, "float": 4, "int": 4, "long long": 8, "signed char": 1, "unsigned char": 1}.get(ctype, 2)
 
 
 class CudaBackend(Backend):
@@ -64,7 +65,7 @@ class CudaBackend(Backend):
     file_ext = "cu"
     target_pattern = r"sm_\d+[a-z]?"
     target_hint = "a CUDA target like sm_70"
-    dtypes = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
+    dtypes = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
     typed_bodies = True
     # The wmma fragment path (matrix.py, the template's wmma branch) for the square 16x16x16 shape, which
     # every NVIDIA part since Volta has for float16 and every one since Ampere for bfloat16.

@@ -33,7 +33,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 # float16 elements are _Float16 (clang's native half type: no header type, and the MFMA builtins take its
 # vectors); they are widened to the float accumulator on load, so all arithmetic is float.
 DIALECT = Dialect(
-    ctype={"float32": "float", "float16": "_Float16", "int64": "long long", "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char"},
+    ctype={"float64": "double", "float32": "float", "float16": "_Float16", "int64": "long long", "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char"},
     unsigned={"int64": "unsigned long long", "int32": "unsigned int", "int8": "unsigned char",
               "uint8": "unsigned char"},
     helper_qual="__device__ inline",
@@ -76,7 +76,7 @@ class HipBackend(Backend):
     file_ext = "hip"
     target_pattern = r"gfx[0-9a-f]{3,4}"
     target_hint = "an AMD target like gfx906"
-    dtypes = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")
+    dtypes = ("float64", "float32", "float16", "int64", "int32", "int8", "uint8", "bool")
     typed_bodies = True
     matrix_support = tuple(MatrixSupport("mfma", dtype, (m, n, k)) for dtype, m, n, k in BUILTINS)
     cache_env = ("ROLLER_HIPCC",)

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {{
 def run_emulated(art, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
     src = re.sub(r"^#include <(cuda_fp16|cuda_bf16|mma)\.h>$", "", art.source, flags=re.MULTILINE)
     specs = art.launch["arguments"]
-    ctypes_ = {"float32": "float", "float16": "__half"}
+    ctypes_ = {"float64": "double", "float32": "float", "float16": "__half"}
     loads = []
     for i, s in enumerate(specs):
         n = int(np.prod(s["shape"]))
@@ -140,3 +140,27 @@ def test_emulation_catches_a_wrong_fragment_layout(tmp_path: Path) -> None:
                    check=True, timeout=120)
     y = np.fromfile(tmp_path / "o.bin", dtype=np.float16).reshape(32, 32).astype(np.float32)
     assert not np.allclose(y, roller.reference(op, x), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("spec", [
+    {"op": "matmul", "M": 37, "N": 45, "K": 40, "dtype": "float64"},
+    {"expr": "Y[i,j] = exp(X[i,j] * 0.1) + j", "shapes": {"X": [33, 20]}, "dtype": "float64", "name": "ew"},
+])
+def test_float64_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
+    """float64 ops compute in double (issue 40), staged tiles included, within float64's rounding bound."""
+    op = load_ops(spec)[0]
+    hw = H.load("h100")
+    p = next(p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support) if p.grid * p.block <= 4096)
+    art = CUDA.render(p, hw)
+    assert "double" in art.source
+    exe = run_emulated(art, tmp_path)
+    x = random_inputs(op, seed=3)
+    files = []
+    for t in op.inputs:
+        f = tmp_path / f"{t.name}.bin"
+        np.ascontiguousarray(x[t.name], dtype=np.float64).tofile(f)
+        files.append(str(f))
+    out = tmp_path / "out.bin"
+    r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    check_against(p.line(), op, x, np.fromfile(out, dtype=np.float64).reshape(op.output.shape))

@@ -153,3 +153,20 @@ def test_kernels_with_runtime_extents_run_right_below_the_greatest_size(tmp_path
                         scalars=k.kernels.scalars(n))
             got = y.reshape(big.output.storage_shape)[tuple(slice(0, d) for d in small.output.storage_shape)]
             check_against(f"{doc['name']} at s={n}: {k.artifacts[i].launch['rprogram']}", small, x, got)
+
+
+def test_float64_kernels(tmp_path: Path) -> None:
+    """float64 ops compute in double (issue 40): a matmul staged through LDS, a row kernel, a vectorisable
+    elementwise body with literals, and a typed body, built for MI50, within float64's rounding bound."""
+    hw = H.load("mi50")
+    ops = load_ops({"ops": [
+        {"op": "matmul", "M": 40, "N": 36, "K": 50, "dtype": "float64", "name": "mm"},
+        {"expr": "M[r] max= X[r,c]; S[r] += exp(X[r,c] - M[r]); Y[r,c] = exp(X[r,c] - M[r]) / S[r]",
+         "shapes": {"X": [9, 50]}, "dtype": "float64", "name": "softmax"},
+        {"expr": "Y[i,j] = exp(X[i,j] * 0.1) + j", "shapes": {"X": [33, 20]}, "dtype": "float64", "name": "ew"},
+        {"expr": "Y[i] = float64(ids[i]) * 0.5 + X[i]", "shapes": {"ids": [64], "X": [64]}, "dtype": "float64",
+         "dtypes": {"ids": "int64"}, "name": "ids"}]})
+    for op in ops:
+        art = BACKEND.render(construct(op, hw, top_k=1)[0], hw)
+        assert "double" in art.source
+        check(op, art, tmp_path / op.name)

@@ -232,7 +232,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         reduce_loops=loops, window_inner=window_inner(loops, vec is not None),
         n_rtiles=math.prod(ax.blocks for ax in reduce) if reduce else 1,
         n_rtiles_c=" * ".join(ax.blocks_c or str(ax.blocks) for ax in reduce) if any(ax.blocks_c for ax in reduce)
-        else "", runtime=list(prog.runtime),
+        else "", runtime=list(prog.runtime), real=d.real,
         rstep_points=math.prod(ax.block for ax in reduce) if reduce else 1,
         thread_points=math.prod(ax.thread for ax in spatial) if spatial else 1,
         reduce_op=expr.reduce_op, acc_init=init, combine=combine,

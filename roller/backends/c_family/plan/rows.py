@@ -92,4 +92,4 @@ def lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPla
         reduce_guard="", smem_bytes=0, params=[(t.name, d.ctype[t.dtype], False) for t in expr.inputs] +
         [(expr.output.name, d.ctype[expr.output.dtype], True)], blocked=blocked,
         reduce_loops=unrolled([(a.name, col_extent(a), 0) for a in cols]), stages=stages, row_vec=row_vec,
-        runtime=list(prog.runtime))
+        runtime=list(prog.runtime), real=d.real)

@@ -8,6 +8,7 @@ kernel is made of can be read, and imported, without the code that decides and b
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -53,7 +54,10 @@ class Dialect:
         ``double`` where float32 ones say ``float``, literals without the float suffix (``0.1f`` is not 0.1 in
         double), and conversions through float32 (float16's helpers take and give float32)."""
         wide = self.ctype["float64"]
-        return replace(self, real=wide, float_suffix="", to_acc=f"({wide})({{x}})",
+        # The C library's float functions (expf, CUDA's and HIP's spelling) by their double names.
+        funcs = {k: re.sub(r"\b(exp|log|sqrt|rsqrt|tanh|erf|fabs|cos|sin|rint|pow)f\(", r"\1(", v)
+                 for k, v in self.funcs.items()}
+        return replace(self, real=wide, float_suffix="", to_acc=f"({wide})({{x}})", funcs=funcs,
                        conversions={c: (f"(({wide}){load})", store.replace("{x}", "(float)({x})"))
                                     for c, (load, store) in self.conversions.items()},
                        vector_io={})
@@ -274,6 +278,7 @@ class KernelPlan:
     window_inner: bool = False
     # extents given at launch (RProgram.runtime): (axis, factor) of each axis that runs to factor * RUNTIME_ARG
     runtime: list[tuple[str, int]] = field(default_factory=list)
+    real: str = "float"  # the C type float values compute in (Dialect.real: double where float64 is held)
     # typed bodies: how the accumulator's value is stored (plan/typed.py), and the helper functions they call
     typed_store: Callable[[str, str], str] | None = None
     helpers: str = ""
