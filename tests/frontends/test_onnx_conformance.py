@@ -74,7 +74,6 @@ EXCLUDED: dict[str, str] = {
     r"test_.*(bfloat16|bf16).*": HALF,
     r"test_attention_4d_causal_fp16(_expanded)?": HALF_ROUNDING,
     r"test_(edge|reflect|wrap)_pad": INT,
-    r"test_maxpool_2d_uint8": INT,
     r"test_maxpool_with_argmax_.*": INT,
     r"test_pow_types_u?int.*": POW,
     r"test_reduce_(max|min)_bool_inputs": INT,

@@ -1,6 +1,6 @@
 """Quantized models as onnxruntime's quantizer writes them (issue 40): static QDQ (uint8 and int8 activations,
 per-tensor and per-channel weights), the QOperator format (QLinearConv, QLinearMatMul and onnxruntime's
-com.microsoft QLinearAdd/QLinearGlobalAveragePool), and dynamic quantization (DynamicQuantizeLinear,
+com.microsoft QLinearAdd/QLinearGlobalAveragePool/QGemm, a MaxPool of uint8 values), and dynamic quantization (DynamicQuantizeLinear,
 ConvInteger, MatMulInteger). Roller's integer sums are exact, so each model equals its own operator-by-operator
 reference bit for bit (a dynamically quantized one to float32 rounding: its scales are computed), and
 onnxruntime's run to within one step of the output's quantization (exactly, on the
@@ -19,7 +19,7 @@ import roller
 from roller.backends import get
 from roller.errors import InputError
 from roller.frontends.onnx import import_model
-from roller.frontends.onnx.qdq import qdq_to_qlinear
+from roller.frontends.onnx.qdq import expand_contrib, qdq_to_qlinear
 from roller.graph.reference import evaluate
 
 ort = pytest.importorskip("onnxruntime")
@@ -29,8 +29,10 @@ needs_cl = pytest.mark.skipif(not get("opencl").can_run_here(), reason=get("open
 SHAPE = [1, 3, 16, 16]
 
 
-def float_cnn() -> onnx.ModelProto:
-    """Convolution + residual Add + depthwise convolution + pooling + MatMul: the op mix of a small CNN."""
+def float_cnn(gemm: bool = False) -> onnx.ModelProto:
+    """Convolution + residual Add + depthwise convolution + pooling + MatMul: the op mix of a small CNN. With
+    ``gemm``, a max pooling after the first convolution and a Gemm (transB, as torch exports a Linear) for the
+    MatMul and its Add: in the QOperator format a uint8 MaxPool and onnxruntime's QGemm."""
     rng = np.random.default_rng(0)
 
     def init(name: str, shape: list[int], scale: float) -> onnx.TensorProto:
@@ -38,19 +40,22 @@ def float_cnn() -> onnx.ModelProto:
 
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Relu", ["c1"], ["r1" if not gemm else "r0"]),
+        *([helper.make_node("MaxPool", ["r0"], ["r1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])] if gemm else []),
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c2", "r1"], ["a"]),
         helper.make_node("Relu", ["a"], ["r2"]),
         helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], group=8, pads=[1, 1, 1, 1]),
         helper.make_node("GlobalAveragePool", ["c3"], ["p"]),
         helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("MatMul", ["f", "wm"], ["m"]),
-        helper.make_node("Add", ["m", "bm"], ["y"]),
+        *([helper.make_node("Gemm", ["f", "wt", "bm"], ["y"], transB=1)] if gemm else
+          [helper.make_node("MatMul", ["f", "wm"], ["m"]), helper.make_node("Add", ["m", "bm"], ["y"])]),
     ]
     inits = [init("w1", [8, 3, 3, 3], 0.3), init("b1", [8], 0.1), init("w2", [8, 8, 3, 3], 0.2),
              init("b2", [8], 0.1), init("w3", [8, 1, 3, 3], 0.3), init("b3", [8], 0.1), init("wm", [8, 10], 0.3),
              init("bm", [10], 0.1)]
+    if gemm:
+        inits[-2] = numpy_helper.from_array(numpy_helper.to_array(inits[-2]).T.copy(), "wt")
     g = helper.make_graph(nodes, "qcnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -71,18 +76,24 @@ VARIANTS = {
     "qdq-int8-per-channel": dict(activation_type=QT.QInt8, weight_type=QT.QInt8, per_channel=True),
     "qoperator-uint8": dict(quant_format=quantization.QuantFormat.QOperator, activation_type=QT.QUInt8,
                             weight_type=QT.QInt8),
+    # the float model with a MaxPool and a Gemm (float_cnn(gemm=True))
+    "qoperator-gemm": dict(quant_format=quantization.QuantFormat.QOperator, activation_type=QT.QUInt8,
+                           weight_type=QT.QInt8, per_channel=True),
+    "qdq-gemm": dict(activation_type=QT.QUInt8, weight_type=QT.QInt8, per_channel=True),
 }
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("quantized")
-    plain = folder / "float.onnx"
+    plain, gemm = folder / "float.onnx", folder / "gemm.onnx"
     onnx.save(float_cnn(), plain)
+    onnx.save(float_cnn(gemm=True), gemm)
     out = {}
     for name, options in VARIANTS.items():
         out[name] = folder / f"{name}.onnx"
-        quantization.quantize_static(str(plain), str(out[name]), _Calibration(), **options)
+        quantization.quantize_static(str(gemm if "gemm" in name else plain), str(out[name]), _Calibration(),
+                                     **options)
     for name, weight in (("dynamic-int8", QT.QInt8), ("dynamic-uint8", QT.QUInt8)):
         out[name] = folder / f"{name}.onnx"
         quantization.quantize_dynamic(str(plain), str(out[name]), weight_type=weight)
@@ -118,9 +129,11 @@ def test_a_quantized_model_matches_its_reference_and_onnxruntime(models: dict[st
 
 
 def test_qdq_groups_become_integer_operators(models: dict[str, Path]) -> None:
-    for name in ("qdq-uint8", "qdq-int8-per-channel"):
-        ops = Counter(n.op_type for n in qdq_to_qlinear(onnx.load(models[name])).graph.node)
-        assert ops["QLinearConv"] == 3 and ops["QLinearMatMul"] == 1 and ops["Conv"] == ops["MatMul"] == 0, ops
+    for name in ("qdq-uint8", "qdq-int8-per-channel", "qdq-gemm", "qoperator-gemm"):
+        ops = Counter(n.op_type for n in qdq_to_qlinear(expand_contrib(onnx.load(models[name]))).graph.node)
+        assert ops["QLinearConv"] == 3 and ops["QLinearMatMul"] == 1, (name, ops)
+        assert ops["Conv"] == ops["MatMul"] == ops["Gemm"] == ops["QGemm"] == 0, (name, ops)
+    assert Counter(n.op_type for n in onnx.load(models["qoperator-gemm"]).graph.node)["QGemm"] == 1
     # the weights reach the device as integers less their zero points, not dequantized floats; each reader of
     # a quantized value computes it from what it was rounded from (no int8 tensor is left between kernels)
     graph = import_model(models["qdq-int8-per-channel"])

@@ -31,7 +31,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 # Device math in HIP: the float overloads of the C library (clang's HIP headers map them to OCML).
 # float16 elements are _Float16 (clang's native half type: no header type, and the MFMA builtins take its
-# vectors); they are widened to the float accumulator on load, so all arithmetic is float.
+# vectors); they are widened to the float accumulator on load, so all arithmetic is float (double in a kernel
+# that holds a float64 tensor: Dialect.for_float64).
 DIALECT = Dialect(
     ctype={"float64": "double", "float32": "float", "float16": "_Float16", "int64": "long long", "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char"},
     unsigned={"int64": "unsigned long long", "int32": "unsigned int", "int8": "unsigned char",

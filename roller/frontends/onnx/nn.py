@@ -7,6 +7,7 @@ import math
 import numpy as np
 import onnx
 
+from roller.dtypes import dtype as dtype_of
 from roller.frontends.onnx.context import Context, fmt, real, real_type, translates
 from roller.frontends.onnx.elementwise import axes, broadcast_shape, read
 from roller.frontends.onnx.tensor import permute
@@ -207,8 +208,14 @@ def pool(ctx: Context, node: onnx.NodeProto) -> None:
     extents = dict(zip(k_ax, kernel))
     y_idx = f"Y[n,c,{','.join(o_ax)}]"
     if node.op_type == "MaxPool":
+        # A window's points outside the input take no part: -inf for floats, the type's least value for the
+        # integer types (a QOperator model pools its uint8 activations as they are).
+        kind = dtype_of(x.dtype)
+        if kind.kind == "bool":
+            raise ctx.error(node, "MaxPool of a bool tensor is not supported (ONNX defines it for numbers)")
+        low = float(np.iinfo(kind.host).min) if kind.integral else float("-inf")
         ctx.kernel(node, f"{y_idx} max= X[n,c,{','.join(x_sp)}]", {"X": x.name}, node.output[0], [n, c, *out],
-                   pad_value=float("-inf"), extents=extents, kind="maxpool")
+                   pad_value=low, extents=extents, kind="maxpool")
         return
     include = bool(ctx.attr(node, "count_include_pad", 0))
     inv: np.ndarray = divisors(spatial, kernel, strides, dil, before, after, out, include).astype(real_type(x.dtype))

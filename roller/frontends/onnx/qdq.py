@@ -69,9 +69,14 @@ def qdq_to_qlinear(model: onnx.ModelProto) -> onnx.ModelProto:
 
     replaced: dict[int, onnx.NodeProto] = {}   # id of the QuantizeLinear -> the node in its place
     removed: set[int] = set()
+    added: list[onnx.TensorProto] = []   # weights transposed for a Gemm with transB
     for n in g.node:
-        if n.op_type not in ("Conv", "MatMul") or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+        if n.op_type not in ("Conv", "MatMul", "Gemm") or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
             continue
+        gemm = _attrs(n, "alpha", "beta", "transA", "transB") if n.op_type == "Gemm" else {}
+        if gemm.get("alpha", 1.0) != 1.0 or gemm.get("beta", 1.0) != 1.0 or gemm.get("transA", 0):
+            continue
+        flip = bool(gemm.get("transB", 0))
         users = readers.get(n.output[0], [])
         if len(users) != 1 or users[0].op_type != "QuantizeLinear" or len(users[0].input) < 3:
             continue
@@ -89,21 +94,27 @@ def qdq_to_qlinear(model: onnx.ModelProto) -> onnx.ModelProto:
         if w.dtype.name not in WEIGHT_TYPES or consts[dw.input[1]].shape != consts[dw.input[2]].shape:
             continue
         per = consts[dw.input[1]].size
-        channel_axis, channels = (0, w.shape[0]) if n.op_type == "Conv" else (w.ndim - 1, w.shape[-1])
-        if n.op_type == "MatMul" and w.ndim != 2:
+        channel_axis, channels = (0, w.shape[0]) if n.op_type == "Conv" or flip else (w.ndim - 1, w.shape[-1])
+        if n.op_type != "Conv" and w.ndim != 2:
             continue
         if per != 1 and (consts[dw.input[1]].ndim != 1 or per != channels or _axis(dw, w.ndim) != channel_axis):
             continue
-        inputs = [dx.input[0], dx.input[1], dx.input[2], dw.input[0], dw.input[1], dw.input[2], q.input[1],
+        weight = dw.input[0]
+        if flip:   # QLinearMatMul's B is [K, N]: the constant weight transposed once, here
+            weight = f"{dw.input[0]}:transposed"
+            if weight not in consts:
+                consts[weight] = np.ascontiguousarray(w.T)
+                added.append(numpy_helper.from_array(consts[weight], weight))
+        inputs = [dx.input[0], dx.input[1], dx.input[2], weight, dw.input[1], dw.input[2], q.input[1],
                   q.input[2]]
-        if n.op_type == "Conv" and len(n.input) > 2 and n.input[2]:
+        if n.op_type in ("Conv", "Gemm") and len(n.input) > 2 and n.input[2]:
             db = producer.get(n.input[2])
             if db is None or db.op_type != "DequantizeLinear" or db.input[0] not in consts or \
                     db.input[1] not in consts:
                 continue
             b = consts[db.input[0]]
             zero = consts.get(db.input[2]) if len(db.input) > 2 and db.input[2] else None
-            if b.dtype != np.int32 or (zero is not None and np.any(zero != 0)):
+            if b.dtype != np.int32 or (zero is not None and np.any(zero != 0)) or b.shape != (channels,):
                 continue
             want = np.float32(consts[dx.input[1]].reshape(-1)[0]) * consts[dw.input[1]].astype(np.float32).reshape(-1)
             have = consts[db.input[1]].astype(np.float32).reshape(-1)
@@ -122,6 +133,7 @@ def qdq_to_qlinear(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(replaced.get(id(n), n) for n in g.node if id(n) not in removed)
+    out.graph.initializer.extend(added)
     return out
 
 
@@ -146,7 +158,7 @@ def _attrs(node: onnx.NodeProto, *names: str) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.name in names}
 
 
-def _contrib(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+def _contrib(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.NodeProto] | None:
     """onnxruntime's quantized contrib ops (domain com.microsoft, written by its quantizer's QOperator format)
     as what they compute: their float op between DequantizeLinear and QuantizeLinear; None for any other node
     (and for a form not handled: channels-last pooling)."""
@@ -164,18 +176,52 @@ def _contrib(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
     if t == "QLinearConcat":
         triples = [(i[k], i[k + 1], i[k + 2]) for k in range(2, len(node.input), 3)]
         return _float_op(node, "Concat", triples, i[0], i[1], **_attrs(node, "axis"))
+    if t == "QGemm":
+        return _qgemm(node, consts)
     return None
+
+
+def _qgemm(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+    """QGemm (A, a_scale, a_zero, B, b_scale, b_zero[, C, y_scale, y_zero]) as Gemm of the dequantized values:
+    B per output column, the int32 C at a_scale * b_scale (a constant where both scales are), and a
+    QuantizeLinear where y_scale is given (else the float result). ``qdq_to_qlinear`` then makes the group one
+    QLinearMatMul with its bias where it can (alpha 1, A not transposed), whose integer sums and requantization
+    are onnxruntime's."""
+    i = list(node.input) + [""] * 9
+    stem, out = node.name or node.output[0], node.output[0]
+    attrs = _attrs(node, "alpha", "transA", "transB")
+    nodes = [onnx.helper.make_node("DequantizeLinear", i[0:3], [f"{out}:dq0"], name=f"{stem}/dq0"),
+             onnx.helper.make_node("DequantizeLinear", i[3:6], [f"{out}:dq1"], name=f"{stem}/dq1",
+                                   axis=0 if attrs.get("transB", 0) else 1)]
+    floats = [f"{out}:dq0", f"{out}:dq1"]
+    if i[6]:
+        scale = f"{out}:bias_scale"
+        if i[1] in consts and i[4] in consts:
+            product = consts[i[1]].astype(np.float32).reshape(-1) * consts[i[4]].astype(np.float32).reshape(-1)
+            nodes.append(onnx.helper.make_node("Constant", [], [scale], name=f"{stem}/bias_scale",
+                                               value=numpy_helper.from_array(product.astype(np.float32), scale)))
+        else:
+            nodes.append(onnx.helper.make_node("Mul", [i[1], i[4]], [scale], name=f"{stem}/bias_scale"))
+        nodes.append(onnx.helper.make_node("DequantizeLinear", [i[6], scale], [f"{out}:dq2"], name=f"{stem}/dq2",
+                                           axis=0))
+        floats.append(f"{out}:dq2")
+    result = f"{out}:float" if i[7] else out
+    nodes.append(onnx.helper.make_node("Gemm", floats, [result], name=f"{stem}/Gemm", **attrs))
+    if i[7]:
+        nodes.append(onnx.helper.make_node("QuantizeLinear", [result, i[7], i[8]], [out], name=f"{stem}/q"))
+    return nodes
 
 
 def expand_contrib(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with onnxruntime's quantized contrib ops (``_contrib``) written as standard ops, so that a
     model quantized in the QOperator format imports (the model itself where it has none)."""
-    if not any(n.domain == "com.microsoft" and _contrib(n) for n in model.graph.node):
+    consts = _constants(model.graph)
+    if not any(n.domain == "com.microsoft" and _contrib(n, consts) for n in model.graph.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
     for n in model.graph.node:
-        expanded = _contrib(n) if n.domain == "com.microsoft" else None
+        expanded = _contrib(n, consts) if n.domain == "com.microsoft" else None
         out.graph.node.extend(expanded if expanded else [n])
     return out

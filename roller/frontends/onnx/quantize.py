@@ -376,17 +376,23 @@ def _qlinear(ctx: Context, node: onnx.NodeProto, channels: int) -> tuple[np.ndar
     return multiplier, out_t, zy
 
 
+def _int32_bias(ctx: Context, node: onnx.NodeProto, channels: int) -> str | None:
+    """Input 8, the int32 bias added to the sums before requantization (QLinearConv's own; a QLinearMatMul
+    that ``qdq.qdq_to_qlinear`` made of a Gemm has one too), as float32 values on the device; None without."""
+    if not ctx.has(node, 8):
+        return None
+    b = ctx.const(node.input[8])
+    if b is None or b.dtype != np.int32 or list(b.shape) != [channels]:
+        raise ctx.error(node, f"the bias must be a constant int32 tensor of shape [{channels}]")
+    return ctx.add_const(b.astype(np.float32), f"{node.input[8]}:float")
+
+
 @translates("QLinearConv")
 def qlinear_conv(ctx: Context, node: onnx.NodeProto) -> None:
     w_shape = shape_of(ctx, node.input[3])
     f = w_shape[0] if w_shape else 0
     multiplier, out_t, zy = _qlinear(ctx, node, f)
-    bias = None
-    if ctx.has(node, 8):
-        b = ctx.const(node.input[8])
-        if b is None or b.dtype != np.int32 or list(b.shape) != [f]:
-            raise ctx.error(node, f"the bias must be a constant int32 tensor of shape [{f}]")
-        bias = ctx.add_const(b.astype(np.float32), f"{node.input[8]}:float")
+    bias = _int32_bias(ctx, node, f)
     acc = ctx.fresh(node.output[0] + ":sum")
     shape = _integer_conv(ctx, node, 0, 3, 2, 5, acc)
     _requantize(ctx, node, acc, shape, 1, multiplier, bias, zy, out_t)
@@ -395,10 +401,12 @@ def qlinear_conv(ctx: Context, node: onnx.NodeProto) -> None:
 @translates("QLinearMatMul")
 def qlinear_matmul(ctx: Context, node: onnx.NodeProto) -> None:
     b_shape = shape_of(ctx, node.input[3])
-    multiplier, out_t, zy = _qlinear(ctx, node, b_shape[-1] if b_shape else 0)
+    n = b_shape[-1] if b_shape else 0
+    multiplier, out_t, zy = _qlinear(ctx, node, n)
+    bias = _int32_bias(ctx, node, n)
     acc = ctx.fresh(node.output[0] + ":sum")
     shape = _integer_matmul(ctx, node, 0, 3, 2, 5, acc)
-    _requantize(ctx, node, acc, shape, len(shape) - 1, multiplier, None, zy, out_t)
+    _requantize(ctx, node, acc, shape, len(shape) - 1, multiplier, bias, zy, out_t)
 
 
 @translates("DynamicQuantizeLinear")

@@ -40,6 +40,8 @@ OPS = [
     _op("narrow", "Y[i,j] = X[i,j] * 3.0", {"X": [12, 40]}, Y="float32"),
     _op("ids64", "Y[i] = float64(ids[i]) * 0.5 + X[i]", {"ids": [64], "X": [64]}, ids="int64"),
     _op("trunc64", "Y[i] = int64(X[i] * 1e12)", {"X": [64]}, Y="int64"),
+    # no float64 tensor, a float64 value: the kernel computes in double all the same
+    _op("halfids", "Y[i] = int64(float64(ids[i]) * 0.5)", {"ids": [64]}, dtype="int64"),
 ]
 
 

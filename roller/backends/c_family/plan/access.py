@@ -7,11 +7,13 @@ asks the same bounds questions when it decides a kernel's interior version.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from roller.backends.c_family.plan.cexpr import affine_c, c_float, index_types, row_major_strides
 from roller.backends.c_family.plan.types import Dialect, TensorPlan, ViewPlan
 from roller.dtypes import dtype as dtype_of
+from roller.errors import InputError
 from roller.ir.expr import Affine
 from roller.ir.tensor_expr import TensorDecl
 
@@ -109,7 +111,12 @@ def element(tp: TensorPlan, at: str, d: Dialect) -> str:
 
 def pad_literal(tp: TensorPlan, pad: float, d: Dialect) -> str:
     """The value a read outside the tensor gives, in the type the read has."""
-    return f"(({tp.ctype}){int(pad)})" if tp.raw else c_float(pad, d)
+    if not tp.raw:
+        return c_float(pad, d)
+    if not math.isfinite(pad):
+        raise InputError(f"tensor {tp.name} ({tp.ctype}) is read through a window padded with {pad} (integers "
+                         "have no infinity)", field="pad_value")
+    return f"(({tp.ctype}){int(pad)})"
 
 
 def _view_read(tp: TensorPlan, idx: tuple[Affine, ...], var: Callable[[str], str], pad: float, d: Dialect,

@@ -45,11 +45,19 @@ from roller.backends.c_family.plan.typed import TypedC
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, DimPlan, KernelPlan, TensorPlan
 from roller.backends.c_family.plan.vector import reduce_vec_plan, vec_plan
 from roller.errors import InputError
-from roller.ir.expr import Affine, Gather
+from roller.ir.expr import Affine, Call, Gather, walk
+from roller.ir.tensor_expr import TensorExpr
 from roller.program import RProgram
 
 #: the name a gathered read's run-time index goes by where its offset is printed (no axis can be called so)
 GATHER_AXIS = "@gather"
+
+
+def computes_float64(expr: TensorExpr) -> bool:
+    """Whether a kernel computes in double: it holds a float64 tensor, or converts a value to float64."""
+    return expr.acc_dtype == "float64" or any(t.dtype == "float64" for t in expr.tensors) or any(
+        isinstance(n, Call) and n.fn == "float64" for e in (expr.body, expr.epilogue) if e is not None
+        for n in walk(e))
 
 
 def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: bool | None = None,
@@ -67,7 +75,7 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             # another (OpenCL once ran bfloat16 as float32) nor end as a KeyError.
             raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
                              f"use {' or '.join(d.ctype)}", field="dtype")
-    if expr.acc_dtype == "float64" or any(t.dtype == "float64" for t in expr.tensors):
+    if computes_float64(expr):
         d = d.for_float64()
     if expr.stages:
         return lower_rows(prog, d, kernel_name)
