@@ -51,8 +51,6 @@ NARROW = ("8-, 4- and 2-bit element types (float8 variants, float4, int4, uint4,
           "(IR: element types)")
 HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float16 only: OpenCL C has no "
         "bfloat16 type (the importer's caller refuses it before building)")
-POW = ("Pow of an integer base by an exponent per element (a float base, or a constant scalar exponent of any "
-       "base, is translated)")
 BLOCKED = "blocked quantization (block_size: one scale per block of an axis): per tensor and per axis are translated"
 TRAINING = "training mode: Dropout draws a random mask, BatchNormalization returns updated running statistics"
 SEQUENCE = "sequence and optional values: only tensors are imported"
@@ -75,7 +73,6 @@ EXCLUDED: dict[str, str] = {
     r"test_attention_4d_causal_fp16(_expanded)?": HALF_ROUNDING,
     r"test_(edge|reflect|wrap)_pad": INT,
     r"test_maxpool_with_argmax_.*": INT,
-    r"test_pow_types_u?int.*": POW,
     r"test_reduce_(max|min)_bool_inputs": INT,
     r"test_(training_)?dropout_.*mask.*": INT,
     r"test_mod_(mixed_sign_int16|uint16|uint32|uint64)": WIDE_INT,

@@ -263,3 +263,23 @@ def test_opset_forms_against_onnxruntime(op: str, opset: int, inputs: dict, init
     model = node_model(op, inputs, outputs, opset=opset, inits=inits, out_rank=out_rank, **attrs)
     feeds = {n: rand(*s, seed=k) for k, (n, (_, s)) in enumerate(inputs.items())}
     check(model, feeds)
+
+
+@needs_device
+@pytest.mark.parametrize("base,exponent", [(TensorProto.INT64, TensorProto.INT64), (TensorProto.INT32, TensorProto.INT32),
+                                           (TensorProto.INT32, F), (TensorProto.INT64, F)])
+def test_pow_of_integer_bases_by_exponents_per_element(base: int, exponent: int) -> None:
+    """Pow of an integer base (issue 40) as onnxruntime computes it: pow in double, converted to the base's
+    type. 3^33 is exact (below 2^53); 7^20, beyond, is the double nearest it, as in onnxruntime; a negative
+    exponent gives 0 (a fraction truncated), a half exponent the integer below the root; negative bases keep
+    their signs."""
+    b_np, e_np = helper.tensor_dtype_to_np_dtype(base), helper.tensor_dtype_to_np_dtype(exponent)
+    wide = base == TensorProto.INT64
+    x = np.array([3, -3, 7, 2, 5, 0, 1, -2, 10, 4], dtype=b_np)
+    e = np.array([33 if wide else 19, 3, 20 if wide else 11, -1, 0, 5, 9, 7, 2, 0.5 if exponent == F else 3],
+                 dtype=e_np)
+    model = node_model("Pow", {"X": (base, [10]), "E": (exponent, [10])}, ["Y"])
+    got = backend.run_model(model, {"X": x, "E": e})[0]
+    want = onnxruntime(model, {"X": x, "E": e})[0]
+    assert got.dtype == want.dtype == b_np
+    np.testing.assert_array_equal(got, want)

@@ -230,19 +230,28 @@ MAX_PRODUCT_EXPONENT = 16
 def power(ctx: Context, node: onnx.NodeProto) -> None:
     """x^e: for a constant scalar e, products for integers (exact signs for negative bases), square roots for
     halves, exp(e log x) for the other non-integers (NaN for a negative base, as pow gives); any other exponent
-    (per element, computed) by the pow function, on floating-point tensors."""
+    (per element, computed) by the pow function: in the base's type for a float base; for an integer base in
+    float64, then converted to the base's type (as onnxruntime computes it: std::pow in double, then a cast)."""
     e = ctx.const(node.input[1])
     if e is None or e.size != 1:
         kinds = [ctx.element_type(node.input[i]) for i in (0, 1)]
-        if kinds[0] not in ("float32", "float16", "bfloat16"):
-            raise ctx.error(node, f"Pow of an integer base ({kinds[0]}) by an exponent per element is not supported (float "
-                                  "bases are; a constant scalar exponent takes any base)")
+        if kinds[0] in ("int64", "int32", "int8", "uint8"):
+            # A device's double pow may miss an integer result by an ulp (OpenCL allows 16), which truncation
+            # would turn into the integer below it: a result within 1e-12 of an integer is that integer.
+            def exact(x: list[Operand]) -> str:
+                p = f"pow(float64({x[0]}), float64({x[1]}))"
+                return f"{kinds[0]}(where(le(abs({p} - round({p})), abs({p}) * 1e-12), round({p}), {p}))"
+            elementwise(ctx, node, exact, dtype=kinds[0])
+            return
+        if kinds[0] not in FLOAT_TYPES:
+            raise ctx.error(node, f"Pow of a {kinds[0]} base by an exponent per element is not supported (float, "
+                                  "int64, int32, int8 and uint8 bases are)")
         if e is not None:   # constant exponents (of any type, uint32 too) as float32 values
             folded = ctx.fresh(node.input[1] + ":float")
             ctx.fold(folded, e.astype(np.float32))
             node = onnx.helper.make_node("Pow", [node.input[0], folded], list(node.output), name=node.name)
             kinds[1] = "float32"
-        cast = "" if kinds[1] in ("float32", "float16", "bfloat16") else "float32"
+        cast = "" if kinds[1] in FLOAT_TYPES else "float32"
         elementwise(ctx, node, lambda x: f"pow({x[0]}, {cast}({x[1]}))", dtype=kinds[0])
         return
     p = float(e.reshape(-1)[0])
