@@ -5,7 +5,7 @@ graph executor to be measured on.
     python bench/zoo --out DIR ...                    # the same
 
 Each model is defined from scratch in torch after torchvision's (Hugging Face's for BERT) definition
-(``cnn.py``, ``bert.py``), given deterministic random weights (``torch.manual_seed(0)``; BatchNorm with random
+(``cnn.py``, ``bert.py``, ``vit.py``), given deterministic random weights (``torch.manual_seed(0)``; BatchNorm with random
 affine parameters and running statistics), put in eval mode and exported with torch's TorchScript exporter at
 opset 17, batch 1, fixed shapes, constant folding on (``torch_export.py`` says why not the dynamo exporter). Each
 export is checked: its torch parameter count against torchvision's, ``onnx.checker`` (full check), strict shape
@@ -146,6 +146,7 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     # 4 x (768*768 + 768) attention, 768*3072 + 3072 and 3072*768 + 768 FFN, 2 x 2 x 768 LayerNorm
     Spec("bert_base_layer", "bert", {"hidden_states": (1, 128, 768), "attention_mask": (1, 1, 1, 128)},
          ("output",), 7_087_872, batchnorm=False),
+    Spec("vit_b_16", "vit", _image(), ("logits",), 86_567_656, batchnorm=False),
 ]}
 
 
@@ -241,3 +242,7 @@ def alexnet(keep_batchnorm: bool = False) -> onnx.ModelProto:
 
 def bert_base_layer(keep_batchnorm: bool = False) -> onnx.ModelProto:
     return export("bert_base_layer", keep_batchnorm)
+
+
+def vit_b_16(keep_batchnorm: bool = False) -> onnx.ModelProto:
+    return export("vit_b_16", keep_batchnorm)

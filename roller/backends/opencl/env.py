@@ -19,6 +19,7 @@ A value already in the environment wins: set either variable yourself to compare
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 from roller.errors import ToolchainError
@@ -41,4 +42,9 @@ def import_opencl() -> Any:
     except ImportError:
         raise ToolchainError("pyopencl is not installed: pip install 'roller[opencl]' "
                              "(and apt-get install pocl-opencl-icd for a CPU device)") from None
+    if not os.environ.get("PYOPENCL_COMPILER_OUTPUT"):
+        # A build that succeeds with a log holds the compiler's remarks ("loop not unrolled" where a pragma asks
+        # more than LLVM's threshold): nothing a user acts on, and pyopencl's warning only says where to look.
+        # PYOPENCL_COMPILER_OUTPUT=1 shows them, as pyopencl documents.
+        warnings.filterwarnings("ignore", category=cl.CompilerWarning)
     return cl
