@@ -9,7 +9,9 @@ executor (device work of one run: inputs already uploaded) and of onnxruntime (g
 intra-op threads, the run call), alternating, ``--rounds`` rounds of ``--repeat`` runs each, medians; outputs
 checked against onnxruntime first. The same model compiled without fusion (``fuse="none"``, one kernel per
 operator) and with the rule-based fusion pass instead of the solver (``fuse="greedy"``) is timed in the same
-rounds. Prints a markdown table; ``--json`` writes every number.
+rounds, and so is OpenVINO's CPU plugin on the same file (2 inference threads, the latency hint) where
+``openvino`` is installed (an optional bench dependency: ``pip install 'roller[bench]'``). Prints a markdown
+table; ``--json`` writes every number.
 """
 from __future__ import annotations
 
@@ -106,6 +108,16 @@ def ort_session(path: Path | bytes) -> Any:
                                 providers=["CPUExecutionProvider"])
 
 
+def openvino_model(path: Path) -> Any:
+    """OpenVINO's CPU plugin compiled for the model at ``path`` (2 threads, latency hint: one request at a
+    time, as the other runs here), or None where openvino is not installed."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    return ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": 2, "PERFORMANCE_HINT": "LATENCY"})
+
+
 def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: bool = False) -> dict[str, Any]:
     import roller
     from bench.zoo import SPECS, default_dir
@@ -123,6 +135,14 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
     check = m.check(feeds)
     row["max_abs_error"] = max(check["max_abs_error"].values())
     sess = ort_session(path)
+    vino = openvino_model(path)
+    if vino is not None:
+        import openvino as ov
+
+        row["openvino"] = ov.__version__
+        want = sess.run(None, feeds)[0]
+        got = vino(feeds)[0]
+        row["max_abs_error_openvino"] = float(abs(got - want).max())
     unfused = roller.compile_model(path, hw=hw, fuse="none")
     greedy = roller.compile_model(path, hw=hw, fuse="greedy")
     timed = None
@@ -144,6 +164,7 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
     rule: list[float] = []
     theirs: list[float] = []
     measured: list[float] = []
+    vino_times: list[float] = []
     for variant in (m, unfused, greedy, *([timed] if timed is not None else [])):
         variant.executor.run(feeds)
     for _ in range(2):
@@ -157,17 +178,31 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
         time.sleep(ORT_SETTLE_S)
         return statistics.median(times)
 
+    def vino_run() -> float:
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            vino(feeds)
+            times.append(time.perf_counter() - t)
+        time.sleep(ORT_SETTLE_S)   # its threads may spin after a run too
+        return statistics.median(times)
+
+    if vino is not None:
+        for _ in range(2):
+            vino(feeds)
     jobs: list[tuple[list[float], Any]] = [(ours, m), (plain, unfused), (rule, greedy)]
     if timed is not None:
         jobs.append((measured, timed))
-    jobs.append((theirs, None))
+    jobs.append((theirs, "onnxruntime"))
+    if vino is not None:
+        jobs.append((vino_times, "openvino"))
     for r in range(rounds):
         # Each round runs the variants in another order, and onnxruntime's threads are left to settle after its
         # runs: they spin a while after a run, and whatever ran next shared the cores with them (the solver's
         # build, once always first, ran 3-20% slower than the greedy pass's identical kernels; rotating the order
         # kept it right after onnxruntime in every round but the first: EfficientNet-B0 16.1 against 11.3 ms).
         for out, variant in round_order(jobs, r):
-            out.append(ort_run() if variant is None else
+            out.append(ort_run() if variant == "onnxruntime" else vino_run() if variant == "openvino" else
                        statistics.median(variant.executor.time(feeds, repeat=repeat, warmup=1)))
     row["roller_ms"] = statistics.median(ours) * 1e3
     row["ort_ms"] = statistics.median(theirs) * 1e3
@@ -178,6 +213,9 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
     row["roller_rounds_ms"] = [x * 1e3 for x in ours]
     row["ort_rounds_ms"] = [x * 1e3 for x in theirs]
     row["slowdown"] = row["roller_ms"] / row["ort_ms"]
+    if vino_times:
+        row["openvino_ms"] = statistics.median(vino_times) * 1e3
+        row["openvino_rounds_ms"] = [x * 1e3 for x in vino_times]
     if measured:
         row["evaluated_ms"] = statistics.median(measured) * 1e3
         row["evaluated_rounds_ms"] = [x * 1e3 for x in measured]
@@ -221,6 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     geo = statistics.geometric_mean([r["slowdown"] for r in rows])
     print(f"geomean Roller / onnxruntime: {geo:.2f}x fused, "
           f"{statistics.geometric_mean([r['unfused_ms'] / r['ort_ms'] for r in rows]):.2f}x unfused")
+    if all("openvino_ms" in r for r in rows):
+        print("| model | OpenVINO ms | OpenVINO / ORT | Roller / OpenVINO | OpenVINO max abs err |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['model']} | {r['openvino_ms']:.1f} | {r['openvino_ms'] / r['ort_ms']:.2f}x | "
+                  f"{r['roller_ms'] / r['openvino_ms']:.2f}x | {r['max_abs_error_openvino']:.2g} |")
+        vino_geo = statistics.geometric_mean([r["openvino_ms"] / r["ort_ms"] for r in rows])
+        print(f"geomean OpenVINO / onnxruntime: {vino_geo:.2f}x")
     if args.evaluate:
         print()
         print("| model | fused, top-10 timed, ms | / ORT | build s | max abs err |")
