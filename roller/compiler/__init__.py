@@ -48,11 +48,12 @@ def construct(op: OpLike, hw: HwLike | Target, top_k: int = 10, backend: str | N
 def compile(op: OpLike, hw: HwLike | Target | None = None, backend: str | None = None, top_k: int = 10,
             evaluate: bool = False, *, overrides: Mapping[str, Any] | None = None, cache: bool = True,
             repeat: int = 10, progress: bool | None = None) -> Kernel | GenericKernel:
-    """Construct the top-K rPrograms of ``op`` on ``hw`` (None: this machine's own description, ``host``), render the best one (by the model, or by measurement
-    on this machine with ``evaluate=True``) with ``backend`` (default: the description's), and return it as a
-    callable Kernel. ``op``: an op.json dict, a path, or a TensorExpr (one op). An op with a symbolic size
-    (``"M": "m"``) gives a ``roller.compiler.kernel_set.GenericKernel``, callable at every size in the symbol's
-    range (with ``evaluate=True``, its kernels are chosen by timing the model's shortlist at sample sizes)."""
+    """Construct the top-K rPrograms of ``op`` on ``hw`` (None: this machine's own description, ``host``),
+    render the best one (by the model, or by measurement on this machine with ``evaluate=True``) with
+    ``backend`` (default: the description's), and return it as a callable Kernel. ``op``: an op.json dict, a
+    path, or a TensorExpr (one op). An op with a symbolic size (``"M": "m"``) gives a
+    ``roller.compiler.kernel_set.GenericKernel``, callable at every size in the symbol's range (with
+    ``evaluate=True``, its kernels are chosen by timing the model's shortlist at sample sizes)."""
     from roller.compiler.inputs import OpInput, SymbolicInput, load_input
     from roller.compiler.kernel import build_kernel, source_op
     from roller.compiler.target import Target
@@ -84,7 +85,8 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
     """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), fuse its operators into
     kernels (``fuse``: "solver", the default, or True: the partition of least predicted time; "greedy": the
     rule-based pass; "none" or False: one kernel per operator), build a kernel for each distinct operator on
-    ``hw`` (None: this machine's own description, ``host``) with ``backend`` (default: the description's), and plan its memory.
+    ``hw`` (None: this machine's own description, ``host``) with ``backend`` (default: the description's), and
+    plan its memory.
 
     A model whose inputs leave sizes open (``dim_param``) that ``shapes`` does not fix gives a
     ``roller.compiler.dynamic_model.DynamicModel``: built once for every size where one kernel per operator

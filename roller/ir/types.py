@@ -1,16 +1,16 @@
 """Element types in a body: what each node computes in, and what a body may mix.
 
 A floating-point value computes in float32 (float16 and bfloat16 tensors are read into it, as the kernels
-always did), a float64 one in float64, which a float32 value meets in; an integer one in its own type, wrapping on overflow (ONNX and numpy); a bool one as 0 or 1.
-Literals and axis values are weak: they take the type of what they meet (``ids[i] + 1`` is int64 where ids
-is), a literal with a fraction makes an integer float32 (``ids[i] * 0.5``), and a body of weak values alone
-takes the output's type. Two integer types meet in the wider (a signed and an unsigned of one width in the
-next signed width up, int32 for two bytes). Comparisons give bool; ``and``/``or``/``xor``/``not`` take
-bool (any other value counts as true where it is not zero); ``where(c, a, b)`` gives the type ``a`` and ``b``
-meet in; ``isnan``/``isinf`` test a float; a type's name converts (float to integer truncating toward zero and
-saturating, NaN to 0; integer to a narrower one wrapping; anything to bool as "not zero"). The float functions
-(exp, log, ...) compute in float32 whatever their argument, float64 where one is float64. Bool takes no part in
-arithmetic.
+always did), a float64 one in float64, which a float32 value meets in; an integer one in its own type,
+wrapping on overflow (ONNX and numpy); a bool one as 0 or 1. Literals and axis values are weak: they take the
+type of what they meet (``ids[i] + 1`` is int64 where ids is), a literal with a fraction makes an integer
+float32 (``ids[i] * 0.5``), and a body of weak values alone takes the output's type. Two integer types meet in
+the wider (a signed and an unsigned of one width in the next signed width up, int32 for two bytes).
+Comparisons give bool; ``and``/``or``/``xor``/``not`` take bool (any other value counts as true where it is
+not zero); ``where(c, a, b)`` gives the type ``a`` and ``b`` meet in; ``isnan``/``isinf`` test a float; a
+type's name converts (float to integer truncating toward zero and saturating, NaN to 0; integer to a narrower
+one wrapping; anything to bool as "not zero"). The float functions (exp, log, ...) compute in float32 whatever
+their argument, float64 where one is float64. Bool takes no part in arithmetic.
 
 Float bodies are untouched by all this (``typed`` is False): they compute in float32 as before (in float64
 where one of the op's tensors is float64: ``roller.ir.build``), and only typed bodies need a backend that

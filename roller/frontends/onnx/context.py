@@ -23,9 +23,9 @@ from roller.ir.build import Where, build_expr
 
 _T = onnx.TensorProto
 #: ONNX element types a value on the device may have, and Roller's name for them
-DEVICE_TYPES: dict[int, str] = {_T.DOUBLE: "float64", _T.FLOAT: "float32", _T.FLOAT16: "float16", _T.BFLOAT16: "bfloat16",
-                                _T.INT64: "int64", _T.INT32: "int32", _T.INT8: "int8", _T.UINT8: "uint8",
-                                _T.BOOL: "bool"}
+DEVICE_TYPES: dict[int, str] = {_T.DOUBLE: "float64", _T.FLOAT: "float32", _T.FLOAT16: "float16",
+                                _T.BFLOAT16: "bfloat16", _T.INT64: "int64", _T.INT32: "int32", _T.INT8: "int8",
+                                _T.UINT8: "uint8", _T.BOOL: "bool"}
 #: the floating-point ones (what float-only ops take)
 FLOAT_TYPES = ("float64", "float32", "float16", "bfloat16")
 #: integer literals written into a body exactly: a body's literals are doubles (``roller.ir.expr.Const``)

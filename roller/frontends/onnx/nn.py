@@ -282,8 +282,8 @@ def global_pool(ctx: Context, node: onnx.NodeProto) -> None:
     if node.op_type == "GlobalMaxPool":
         ctx.kernel(node, f"Y[n,c] max= X[n,c,{','.join(sp)}]", {"X": x.name}, tmp, [n, c], kind="reduce")
     else:
-        ctx.kernel(node, f"Y[n,c] += X[n,c,{','.join(sp)}] * {real(1.0 / math.prod(spatial), x.dtype)}", {"X": x.name}, tmp,
-                   [n, c], kind="reduce")
+        inv = real(1.0 / math.prod(spatial), x.dtype)
+        ctx.kernel(node, f"Y[n,c] += X[n,c,{','.join(sp)}] * {inv}", {"X": x.name}, tmp, [n, c], kind="reduce")
     ctx.view(node, tmp, node.output[0], [n, c] + [1] * len(spatial))
 
 
