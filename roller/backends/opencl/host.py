@@ -42,7 +42,7 @@ probes_run = 0
 
 
 def mode() -> str:
-    """``ROLLER_HOST_PROBE``: ``full`` (default) or ``quick``. Full by default although it takes a minute: the
+    """``ROLLER_HOST_PROBE``: ``full`` (default) or ``quick``. Full by default although it takes 20-50 s: the
     quick probe's three plain tile shapes cannot tell construction where the registers run out (on an AVX2
     CPU a 3x3 convolution built from them ran 3.4x slower than from the full table), and it is paid once."""
     value = settings.opencl.host_probe.strip().lower()
@@ -174,7 +174,7 @@ def _scratch_file(filename: str, text: str) -> Path:
 
 def _probe(dev: Any, probe_mode: str, damaged: str = "") -> tuple[str, str]:
     """Probe ``dev``: (the description's YAML, what to say about the probe). The stderr line's first half goes
-    out before (a full probe takes up to a minute), the caller ends it (``_finish``)."""
+    out before (a full probe takes 20-50 s), the caller ends it (``_finish``)."""
     global probes_run
     from roller import hw
     from roller.backends.opencl import probe
