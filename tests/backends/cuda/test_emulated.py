@@ -38,7 +38,7 @@ int main(int argc, char** argv) {{
 """
 
 
-def run_emulated(art, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
+def run_emulated(art, tmp: Path) -> Path:  # type: ignore[no-untyped-def]
     src = re.sub(r"^#include <(cuda_fp16|cuda_bf16|mma)\.h>$", "", art.source, flags=re.MULTILINE)
     specs = art.launch["arguments"]
     ctypes_ = {"float64": "double", "float32": "float", "float16": "__half"}
@@ -61,6 +61,19 @@ def run_emulated(art, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     return exe
+
+
+def run_on(exe: Path, op, x: dict, folder: Path, dtype: type) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The emulated kernel's output for inputs ``x`` (every tensor of element type ``dtype``), flat."""
+    files = []
+    for t in op.inputs:
+        f = folder / f"{t.name}.bin"
+        np.ascontiguousarray(x[t.name], dtype=dtype).tofile(f)
+        files.append(str(f))
+    out = folder / "out.bin"
+    r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype=dtype)
 
 
 @pytest.mark.parametrize("spec", [
@@ -86,17 +99,8 @@ def test_wmma_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
         art = CUDA.render(p, hw)
         folder = tmp_path / str(i)
         folder.mkdir()
-        exe = run_emulated(art, folder)
-        files = []
-        for t in op.inputs:
-            f = folder / f"{t.name}.bin"
-            np.ascontiguousarray(x[t.name], dtype=np.float16).tofile(f)
-            files.append(str(f))
-        out = folder / "out.bin"
-        r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-        y = np.fromfile(out, dtype=np.float16).reshape(ref.shape)
-        check_against(p.line(), op, x, y)
+        y = run_on(run_emulated(art, folder), op, x, folder, np.float16)
+        check_against(p.line(), op, x, y.reshape(ref.shape))
 
 
 @pytest.mark.parametrize("spec,vectors", [
@@ -133,12 +137,7 @@ def test_emulation_catches_a_wrong_fragment_layout(tmp_path: Path) -> None:
                                                   f"__half, nvcuda::wmma::{flipped}> rl_frag_a")
     assert art.source.count(f"{flipped}> rl_frag_a") == 1
     x = random_inputs(op, seed=3)
-    exe = run_emulated(art, tmp_path)
-    for t in op.inputs:
-        np.ascontiguousarray(x[t.name], dtype=np.float16).tofile(tmp_path / f"{t.name}.bin")
-    subprocess.run([str(exe), str(tmp_path / "A.bin"), str(tmp_path / "B.bin"), str(tmp_path / "o.bin")],
-                   check=True, timeout=120)
-    y = np.fromfile(tmp_path / "o.bin", dtype=np.float16).reshape(32, 32).astype(np.float32)
+    y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float16).reshape(32, 32).astype(np.float32)
     assert not np.allclose(y, roller.reference(op, x), rtol=1e-2, atol=1e-2)
 
 
@@ -153,14 +152,6 @@ def test_float64_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
     p = next(p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support) if p.grid * p.block <= 4096)
     art = CUDA.render(p, hw)
     assert "double" in art.source
-    exe = run_emulated(art, tmp_path)
     x = random_inputs(op, seed=3)
-    files = []
-    for t in op.inputs:
-        f = tmp_path / f"{t.name}.bin"
-        np.ascontiguousarray(x[t.name], dtype=np.float64).tofile(f)
-        files.append(str(f))
-    out = tmp_path / "out.bin"
-    r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    check_against(p.line(), op, x, np.fromfile(out, dtype=np.float64).reshape(op.output.shape))
+    y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float64)
+    check_against(p.line(), op, x, y.reshape(op.output.shape))
