@@ -79,6 +79,8 @@ VARIANTS = {
     # the float model with a MaxPool and a Gemm (float_cnn(gemm=True))
     "qoperator-gemm": dict(quant_format=quantization.QuantFormat.QOperator, activation_type=QT.QUInt8,
                            weight_type=QT.QInt8, per_channel=True),
+    "qoperator-gemm-per-tensor": dict(quant_format=quantization.QuantFormat.QOperator, activation_type=QT.QUInt8,
+                                      weight_type=QT.QInt8),
     "qdq-gemm": dict(activation_type=QT.QUInt8, weight_type=QT.QInt8, per_channel=True),
 }
 
@@ -129,7 +131,7 @@ def test_a_quantized_model_matches_its_reference_and_onnxruntime(models: dict[st
 
 
 def test_qdq_groups_become_integer_operators(models: dict[str, Path]) -> None:
-    for name in ("qdq-uint8", "qdq-int8-per-channel", "qdq-gemm", "qoperator-gemm"):
+    for name in ("qdq-uint8", "qdq-int8-per-channel", "qdq-gemm", "qoperator-gemm", "qoperator-gemm-per-tensor"):
         ops = Counter(n.op_type for n in qdq_to_qlinear(expand_contrib(onnx.load(models[name]))).graph.node)
         assert ops["QLinearConv"] == 3 and ops["QLinearMatMul"] == 1, (name, ops)
         assert ops["Conv"] == ops["MatMul"] == ops["Gemm"] == ops["QGemm"] == 0, (name, ops)

@@ -198,6 +198,8 @@ def _qgemm(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.Nod
         scale = f"{out}:bias_scale"
         if i[1] in consts and i[4] in consts:
             product = consts[i[1]].astype(np.float32).reshape(-1) * consts[i[4]].astype(np.float32).reshape(-1)
+            if product.size == 1:   # per tensor: a scalar scale (a 1-D one is per axis, and must match it)
+                product = product.reshape(())
             nodes.append(onnx.helper.make_node("Constant", [], [scale], name=f"{stem}/bias_scale",
                                                value=numpy_helper.from_array(product.astype(np.float32), scale)))
         else:
