@@ -23,13 +23,8 @@ WEIGHT_TYPES = ("int8", "uint8")
 
 def _constants(g: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Initializers and Constant nodes' values (a tensor attribute), by name."""
-    out = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    for n in g.node:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.attribute:
-            a = n.attribute[0]
-            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                out[n.output[0]] = numpy_helper.to_array(a.t)
-    return out
+    lookup = ConstantLookup(g)
+    return {name: value for name in lookup.tensors if (value := lookup(name)) is not None}
 
 
 def _axis(n: onnx.NodeProto, rank: int) -> int:
@@ -137,6 +132,30 @@ def qdq_to_qlinear(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+class ConstantLookup:
+    """A graph's constants by name, each converted when first asked for: the expansion runs before the checker,
+    and converting every initializer would cost a large model's import (and fail on a malformed one before the
+    checker could say what is wrong)."""
+
+    def __init__(self, g: onnx.GraphProto) -> None:
+        self.tensors = {t.name: t for t in g.initializer}
+        for n in g.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.attribute:
+                a = n.attribute[0]
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    self.tensors[n.output[0]] = a.t
+        self.values: dict[str, np.ndarray | None] = {}
+
+    def __call__(self, name: str) -> np.ndarray | None:
+        if name not in self.values:
+            t = self.tensors.get(name)
+            try:
+                self.values[name] = None if t is None else numpy_helper.to_array(t)
+            except (ValueError, TypeError):   # malformed: the checker will say so
+                self.values[name] = None
+        return self.values[name]
+
+
 def _float_op(node: onnx.NodeProto, op_type: str, inputs: list[tuple[str, str, str]], scale: str, zero: str,
               **attrs: Any) -> list[onnx.NodeProto]:
     """DequantizeLinear of each (value, scale, zero point), ``op_type`` on the float values, QuantizeLinear to
@@ -158,7 +177,7 @@ def _attrs(node: onnx.NodeProto, *names: str) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.name in names}
 
 
-def _contrib(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.NodeProto] | None:
+def _contrib(node: onnx.NodeProto, consts: ConstantLookup) -> list[onnx.NodeProto] | None:
     """onnxruntime's quantized contrib ops (domain com.microsoft, written by its quantizer's QOperator format)
     as what they compute: their float op between DequantizeLinear and QuantizeLinear; None for any other node
     (and for a form not handled: channels-last pooling)."""
@@ -181,7 +200,7 @@ def _contrib(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.N
     return None
 
 
-def _qgemm(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+def _qgemm(node: onnx.NodeProto, consts: ConstantLookup) -> list[onnx.NodeProto]:
     """QGemm (A, a_scale, a_zero, B, b_scale, b_zero[, C, y_scale, y_zero]) as Gemm of the dequantized values:
     B per output column, the int32 C at a_scale * b_scale (a constant where both scales are), and a
     QuantizeLinear where y_scale is given (else the float result). ``qdq_to_qlinear`` then makes the group one
@@ -196,8 +215,9 @@ def _qgemm(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.Nod
     floats = [f"{out}:dq0", f"{out}:dq1"]
     if i[6]:
         scale = f"{out}:bias_scale"
-        if i[1] in consts and i[4] in consts:
-            product = consts[i[1]].astype(np.float32).reshape(-1) * consts[i[4]].astype(np.float32).reshape(-1)
+        a_scale, b_scale = consts(i[1]), consts(i[4])
+        if a_scale is not None and b_scale is not None:
+            product = a_scale.astype(np.float32).reshape(-1) * b_scale.astype(np.float32).reshape(-1)
             if product.size == 1:   # per tensor: a scalar scale (a 1-D one is per axis, and must match it)
                 product = product.reshape(())
             nodes.append(onnx.helper.make_node("Constant", [], [scale], name=f"{stem}/bias_scale",
@@ -217,7 +237,9 @@ def _qgemm(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[onnx.Nod
 def expand_contrib(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with onnxruntime's quantized contrib ops (``_contrib``) written as standard ops, so that a
     model quantized in the QOperator format imports (the model itself where it has none)."""
-    consts = _constants(model.graph)
+    if not any(n.domain == "com.microsoft" for n in model.graph.node):
+        return model
+    consts = ConstantLookup(model.graph)
     if not any(n.domain == "com.microsoft" and _contrib(n, consts) for n in model.graph.node):
         return model
     out = onnx.ModelProto()
