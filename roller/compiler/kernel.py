@@ -232,13 +232,13 @@ def build_kernels(srcs: Sequence[TensorExpr], target: Target, top_k: int = 10, e
     (``roller.compiler.tune.evaluate_many``: one batch of compiles per round for all of them)."""
     hwd, be = target.hw, target.backend
     for src in srcs:
+        if src.typed and not be.typed_bodies:
+            raise InputError(f"{src.name}: the {be.name} backend does not render integer and bool element types "
+                             f"yet (the op computes in {src.acc_dtype}); roller.reference evaluates it")
         odd = sorted({t.dtype for t in src.tensors} - set(be.dtypes))
         if odd:
             raise InputError(f"{src.name}: the {be.name} backend does not render {', '.join(odd)} tensors (it renders "
                              f"{', '.join(be.dtypes)})", field="dtype")
-        if src.typed and not be.typed_bodies:
-            raise InputError(f"{src.name}: the {be.name} backend does not render integer and bool element types "
-                             f"yet (the op computes in {src.acc_dtype}); roller.reference evaluates it")
     if evaluate:
         require_device(be, hwd, why="evaluate=True (timing candidates)")
     use_cache = use_cache and _cache.enabled()

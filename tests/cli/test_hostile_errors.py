@@ -56,9 +56,9 @@ MATMUL = {"op": "matmul", "M": 4, "N": 4, "K": 4}
 @pytest.mark.parametrize("field,value,expect", [
     ("op", ["matmul"], "op: expected an op name (string), got ['matmul']"),
     ("op", {"kind": "matmul"}, "op: expected an op name (string)"),
-    ("dtype", {"a": 1}, "dtype: expected one of float32, float16, bfloat16, int64, int32, int8, uint8, bool, got {'a': 1}"),
-    ("dtype", ["float32"], "dtype: expected one of float32, float16, bfloat16"),
-    ("dtypes", {"A": ["x"]}, "dtypes.A: expected one of float32, float16, bfloat16, int64, int32, int8, uint8, bool, got ['x']"),
+    ("dtype", {"a": 1}, "dtype: expected one of float64, float32, float16, bfloat16, int64, int32, int8, uint8, bool, got {'a': 1}"),
+    ("dtype", ["float32"], "dtype: expected one of float64, float32, float16, bfloat16"),
+    ("dtypes", {"A": ["x"]}, "dtypes.A: expected one of float64, float32, float16, bfloat16, int64, int32, int8, uint8, bool, got ['x']"),
     ("dtypes", ["float16"], "dtypes: expected an object of tensor: dtype"),
 ])
 def test_wrong_types_of_op_fields(tmp_path, capsys, field, value, expect) -> None:

@@ -61,8 +61,7 @@ def test_compile_from_path_and_conv():
 
 
 def test_compile_bad_arguments():
-    with pytest.raises(InputError, match="hw="):
-        roller.compile(MM)
+    # (no hw= is this machine's own description: tests/hw/test_host.py)
     with pytest.raises(InputError, match="top_k must be a positive integer"):
         roller.compile(MM, hw="v100", backend="opencl", top_k=0)
     with pytest.raises(InputError):

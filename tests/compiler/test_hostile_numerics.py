@@ -359,4 +359,4 @@ def test_bfloat16_is_rejected_where_there_is_no_type(tmp_path, capsys, backend, 
     path = tmp_path / "op.json"
     path.write_text(json.dumps(matmul("bf", 8, 8, 8) | {"dtype": "bfloat16"}))
     rc, _out, err = cli(capsys, "build", "--hw", hw, "--backend", backend, str(path), "-o", str(tmp_path / "o"))
-    assert rc == 2 and "is bfloat16, which" in err and "has no type for here" in err
+    assert rc == 2 and f"the {backend} backend does not render bfloat16 tensors" in err and err.count("\n") == 1
