@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,41 +172,39 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
         variant.executor.run(feeds)
     for _ in range(2):
         sess.run(None, feeds)
-    def ort_run() -> float:
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            sess.run(None, feeds)
-            times.append(time.perf_counter() - t)
-        time.sleep(ORT_SETTLE_S)
-        return statistics.median(times)
+    def anchor(run: Callable[[], Any]) -> Callable[[], float]:
+        """The median seconds of ``repeat`` calls of another runtime's ``run``, then a pause: its threads spin a
+        while after a run, and whatever ran next shared the cores with them."""
+        def timed() -> float:
+            times = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t)
+            time.sleep(ORT_SETTLE_S)
+            return statistics.median(times)
+        return timed
 
-    def vino_run() -> float:
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            vino(feeds)
-            times.append(time.perf_counter() - t)
-        time.sleep(ORT_SETTLE_S)   # its threads may spin after a run too
-        return statistics.median(times)
+    def roller_run(variant: Any) -> Callable[[], float]:
+        return lambda: statistics.median(variant.executor.time(feeds, repeat=repeat, warmup=1))
 
     if vino is not None:
         for _ in range(2):
             vino(feeds)
-    jobs: list[tuple[list[float], Any]] = [(ours, m), (plain, unfused), (rule, greedy)]
+    jobs: list[tuple[list[float], Callable[[], float]]] = [(ours, roller_run(m)), (plain, roller_run(unfused)),
+                                                           (rule, roller_run(greedy))]
     if timed is not None:
-        jobs.append((measured, timed))
-    jobs.append((theirs, "onnxruntime"))
+        jobs.append((measured, roller_run(timed)))
+    jobs.append((theirs, anchor(lambda: sess.run(None, feeds))))
     if vino is not None:
-        jobs.append((vino_times, "openvino"))
+        jobs.append((vino_times, anchor(lambda: vino(feeds))))
     for r in range(rounds):
-        # Each round runs the variants in another order, and onnxruntime's threads are left to settle after its
-        # runs: they spin a while after a run, and whatever ran next shared the cores with them (the solver's
-        # build, once always first, ran 3-20% slower than the greedy pass's identical kernels; rotating the order
-        # kept it right after onnxruntime in every round but the first: EfficientNet-B0 16.1 against 11.3 ms).
-        for out, variant in round_order(jobs, r):
-            out.append(ort_run() if variant == "onnxruntime" else vino_run() if variant == "openvino" else
-                       statistics.median(variant.executor.time(feeds, repeat=repeat, warmup=1)))
+        # Each round runs the variants in another order, and the other runtimes' threads are left to settle after
+        # their runs (the solver's build, once always first, ran 3-20% slower than the greedy pass's identical
+        # kernels; rotating the order kept it right after onnxruntime in every round but the first:
+        # EfficientNet-B0 16.1 against 11.3 ms).
+        for out, run in round_order(jobs, r):
+            out.append(run())
     row["roller_ms"] = statistics.median(ours) * 1e3
     row["ort_ms"] = statistics.median(theirs) * 1e3
     row["unfused_ms"] = statistics.median(plain) * 1e3
