@@ -109,7 +109,7 @@ def literal(c: np.ndarray) -> str | None:
     if np.issubdtype(c.dtype, np.integer):
         return str(int(x)) if abs(int(x)) <= MAX_EXACT_LITERAL else None
     if np.issubdtype(c.dtype, np.floating) and np.isfinite(x):
-        return repr(float(x)) if c.dtype == np.float64 else fmt(float(x))
+        return real(float(x), c.dtype.name)
     return None
 
 

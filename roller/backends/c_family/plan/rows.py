@@ -16,7 +16,6 @@ from roller.backends.c_family.plan.cexpr import affine_c, c_float, combine_stmt,
 from roller.backends.c_family.plan.schedule import blocked_threads, row_vector_width, unrolled
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, KernelPlan, RowVecPlan, StagePlan
 from roller.backends.c_family.plan.vector import vector_read
-from roller.errors import InputError
 from roller.ir.expr import Read
 from roller.ir.tensor_expr import Axis
 from roller.program import RProgram
@@ -25,12 +24,9 @@ from roller.program import RProgram
 def lower_rows(prog: RProgram, d: Dialect, kernel_name: str | None) -> KernelPlan:
     """The plan of a row kernel: the program's tiles over the row axes (``RProgram`` of its first stage as a
     reduction); each thread point is a row, whose columns every stage walks in nested loops, the last walk
-    storing. Reads are straight from global memory: a row's columns stay in the thread's cache between walks."""
+    storing. Reads are straight from global memory: a row's columns stay in the thread's cache between walks.
+    ``lower`` has checked the tensors' types against the dialect."""
     expr = prog.expr
-    for t in expr.tensors:
-        if t.dtype not in d.ctype:
-            raise InputError(f"{expr.name}: tensor {t.name} is {t.dtype}, which {d.language} has no type for here; "
-                             f"use {' or '.join(d.ctype)}", field="dtype")
     rows = set(expr.row_axes)
     b_tile, t_tile = prog.block_tile.shape, prog.thread_tile.shape
     spatial = [AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i], -(-a.extent // b_tile[i]),
