@@ -15,10 +15,11 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import roller
-from roller.backends import get, ordered_inputs
+from roller.backends import get
 from roller.compiler.check import check_against
 from roller.errors import InputError, ToolchainError
 from roller.hw import load
+from tests.support.candidates import opencl_candidates
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
@@ -48,16 +49,13 @@ OPS = [
 @needs_device
 @pytest.mark.parametrize("hw", ["pocl-cpu", "h100", "mi50"])
 def test_every_candidate_of_float64_ops_is_within_float64_rounding(hw: str) -> None:
-    desc = load(hw)
     checked = 0
     for op in OPS:
         expr = roller.load_op(op)
         assert expr.acc_dtype in ("float64", "int64"), op["name"]
         x = roller.random_inputs(op, seed=3)
-        for prog in roller.construct(op, hw, top_k=5, backend="opencl"):
-            art = CL.render(prog, desc)
+        for prog, art, out in opencl_candidates(op, hw, x, top_k=5):
             assert "double" in art.source
-            out = CL.compile(art, desc, None)(ordered_inputs(art.launch, x)).reshape(expr.output.shape)
             check_against(f"{op['name']} on {hw} ({prog.line()})", expr, x, out)
             checked += 1
     assert checked >= len(OPS)

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import roller
-from roller.backends import get, ordered_inputs
+from roller.backends import get
 from roller.compiler.check import check_against
 from roller.errors import ToolchainError
 from roller.hw import load
+from tests.support.candidates import opencl_candidates
 
 CL = get("opencl")
 needs_device = pytest.mark.skipif(not CL.can_run_here(), reason=CL.why_not_here())
@@ -70,14 +71,11 @@ def _inputs(op: dict, seed: int) -> dict[str, np.ndarray]:
 @needs_device
 @pytest.mark.parametrize("hw", ["pocl-cpu", "h100", "mi50"])
 def test_every_candidate_of_typed_ops_runs_exactly_on_pocl(hw: str) -> None:
-    desc = load(hw)
     checked = 0
     for op in OPS:
         expr = roller.load_op(op)
         x = _inputs(op, seed=2)
-        for prog in roller.construct(op, hw, top_k=10, backend="opencl"):
-            art = CL.render(prog, desc)
-            out = CL.compile(art, desc, None)(ordered_inputs(art.launch, x)).reshape(expr.output.shape)
+        for prog, _, out in opencl_candidates(op, hw, x, top_k=10):
             check_against(f"{op['name']} on {hw} ({prog.line()})", expr, x, out)
             checked += 1
     assert checked >= len(OPS)
