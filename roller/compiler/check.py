@@ -163,44 +163,91 @@ def throughput(expr: TensorExpr, seconds: float) -> tuple[float, str]:
 
 
 def compare_outputs(what: str, names: Sequence[str], got: Mapping[str, Any], ref: Mapping[str, Any],
-                    by: str, tolerances: tuple[float, float] = (MODEL_RTOL, MODEL_ATOL)) -> dict[str, Any]:
+                    by: str, tolerances: tuple[float, float] = (MODEL_RTOL, MODEL_ATOL),
+                    spread: Mapping[str, Any] | None = None, spread_by: str = "") -> dict[str, Any]:
     """Each output against its reference within ``rtol`` of the element plus ``atol`` of the output's largest
     magnitude (``tolerances``; integer and bool outputs: equal); CheckError naming the output and the worst
-    element otherwise."""
+    element otherwise.
+
+    ``spread`` (a quantized model's, ``model_reference``) holds a second correct run's outputs: an output
+    outside the tolerance still passes when its largest and its mean difference from the reference are each at
+    most twice the two runs' (a third correct run is as far from either as they are from each other, and the
+    factor covers how much that varies between inputs); an indexing or requantization bug's differences are of
+    the values' own magnitude."""
     rtol, atol = tolerances
     worst: dict[str, float] = {}
+    quantized: dict[str, dict[str, float]] = {}
     for name in names:
-        if not np.issubdtype(np.asarray(got[name]).dtype, np.floating):
-            _compare_exact(what, name, np.asarray(got[name]), np.asarray(ref[name]), by)
-            worst[name] = 0.0
-            continue
-        y, r = np.asarray(got[name], np.float64), np.asarray(ref[name], np.float64).reshape(np.shape(got[name]))
-        # The scale comes from the finite values only (an inf in the reference would make every bound infinite,
-        # a NaN every comparison false); a NaN or an infinity in the reference must be matched exactly.
-        finite = np.isfinite(r)
-        scale = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
-        with np.errstate(invalid="ignore", over="ignore"):
-            bound = np.where(finite, rtol * np.abs(r) + atol * scale + 1e-30, 0.0)
-            diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        bad = diff > bound
-        if bad.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                i = np.unravel_index(int(np.argmax(np.where(bad, diff / np.maximum(bound, 1e-300), -1.0))),
-                                     diff.shape)
-            raise CheckError(f"{what}: output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; "
-                             f"worst at {list(map(int, i))}: got {y[i]:.9g}, expected {r[i]:.9g} (difference "
-                             f"{diff[i]:.3g}, bound {bound[i]:.3g})")
-        worst[name] = float(diff.max()) if diff.size else 0.0
-    return {"ok": True, "reference": by, "max_abs_error": worst}
+        y = np.asarray(got[name])
+        r = np.asarray(ref[name]).reshape(y.shape)
+        floating = np.issubdtype(y.dtype, np.floating)
+        failure, worst[name] = (_float_failure(name, y, r, by, rtol, atol) if floating else
+                                _exact_failure(name, y, r, by))
+        if failure is not None and spread is not None and name in spread:
+            failure, quantized[name] = _spread_failure(name, y, r, np.asarray(spread[name]).reshape(y.shape),
+                                                       by, spread_by, failure)
+        if failure is not None:
+            raise CheckError(f"{what}: {failure}")
+    report: dict[str, Any] = {"ok": True, "reference": by, "max_abs_error": worst}
+    if quantized:
+        report["quantized"] = {"spread_by": spread_by, "outputs": quantized}
+    return report
 
 
-def _compare_exact(what: str, name: str, got: np.ndarray, ref: np.ndarray, by: str) -> None:
+def _float_failure(name: str, y: np.ndarray, r: np.ndarray, by: str, rtol: float, atol: float
+                   ) -> tuple[str | None, float]:
+    """(None or why a float output fails, its largest difference from the reference)."""
+    y, r = y.astype(np.float64), r.astype(np.float64)
+    # The scale comes from the finite values only (an inf in the reference would make every bound infinite, a
+    # NaN every comparison false); a NaN or an infinity in the reference must be matched exactly.
+    finite = np.isfinite(r)
+    scale = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        bound = np.where(finite, rtol * np.abs(r) + atol * scale + 1e-30, 0.0)
+        diff = np.where((y == r) | (np.isnan(y) & np.isnan(r)), 0.0, np.abs(y - r))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    bad = diff > bound
+    largest = float(diff.max()) if diff.size else 0.0
+    if not bad.any():
+        return None, largest
+    with np.errstate(divide="ignore", invalid="ignore"):
+        i = np.unravel_index(int(np.argmax(np.where(bad, diff / np.maximum(bound, 1e-300), -1.0))), diff.shape)
+    return (f"output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; worst at "
+            f"{list(map(int, i))}: got {y[i]:.9g}, expected {r[i]:.9g} (difference {diff[i]:.3g}, bound "
+            f"{bound[i]:.3g})"), largest
+
+
+def _exact_failure(name: str, y: np.ndarray, r: np.ndarray, by: str) -> tuple[str | None, float]:
     """An integer or bool output against its reference, element for element (as int64: float64 would round
     values beyond 2^53)."""
-    y, r = got.astype(np.int64), ref.astype(np.int64).reshape(got.shape)
-    bad = y != r
-    if bad.any():
-        i = tuple(int(k) for k in np.argwhere(bad)[0])
-        raise CheckError(f"{what}: output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; "
-                         f"first at {list(i)}: got {y[i]}, expected {r[i]}")
+    yi, ri = y.astype(np.int64), r.astype(np.int64)
+    bad = yi != ri
+    if not bad.any():
+        return None, 0.0
+    largest = float(np.abs(yi - ri).max())
+    i = tuple(int(k) for k in np.argwhere(bad)[0])
+    return (f"output {name!r} differs from {by} in {int(bad.sum())} of {r.size} elements; first at {list(i)}: "
+            f"got {y[i]}, expected {r[i]}"), largest
+
+
+def _spread_failure(name: str, y: np.ndarray, r: np.ndarray, second: np.ndarray, by: str, spread_by: str,
+                    failure: str) -> tuple[str | None, dict[str, float]]:
+    """(None or the failure, the figures) of a quantized model's output held to twice the spread between two
+    correct runs (``compare_outputs``)."""
+    y, r, second = y.astype(np.float64), r.astype(np.float64), second.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(y - r)
+        s = np.abs(second - r)
+    # Non-finite values must still match exactly: the spread of numbers says nothing about them.
+    if not (np.array_equal(np.isnan(y), np.isnan(r)) and np.array_equal(y[np.isinf(r)], r[np.isinf(r)])
+            and np.isfinite(y[np.isfinite(r)]).all()):
+        return failure, {}
+    fin = np.isfinite(r)
+    d, s = d[fin], s[fin]
+    figures = {"max": float(d.max(initial=0.0)), "mean": float(d.mean()) if d.size else 0.0,
+               "spread_max": float(s.max(initial=0.0)), "spread_mean": float(s.mean()) if s.size else 0.0}
+    if figures["max"] <= 2 * figures["spread_max"] and figures["mean"] <= 2 * figures["spread_mean"]:
+        return None, figures
+    return (f"output {name!r} of this quantized model differs from {by} by max {figures['max']:.3g}, mean "
+            f"{figures['mean']:.3g}, more than twice the spread between {by} and {spread_by} (max "
+            f"{figures['spread_max']:.3g}, mean {figures['spread_mean']:.3g}): {failure}"), figures

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from roller.compiler.check import compare_outputs, model_tolerances
+from roller.compiler.model_reference import ModelReference, onnxruntime_reference
 from roller.compiler.target import Target, TargetBound
 from roller.errors import InputError, printable
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
@@ -188,20 +189,14 @@ class DynamicModel(TargetBound):
             return dict(self.model_at(**self.bind(inputs)).check(inputs))
         got = self.run(inputs)
         graph = self.generic.family.at(self.bind(inputs)[self.symbols[0]])   # the model at the inputs' sizes
-        try:
-            import onnxruntime as ort
-        except ImportError:
+        ref = onnxruntime_reference(self.source, dict(inputs))
+        if ref is None:
             from roller.graph.reference import evaluate
 
-            ref, by = evaluate(graph, dict(inputs)), "roller.reference, operator by operator"
-        else:
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            sess = ort.InferenceSession(self.source.SerializeToString(), options, providers=["CPUExecutionProvider"])
-            ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(inputs))))
-            by = f"onnxruntime {ort.__version__}"
-        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by,
-                               model_tolerances(v.dtype for v in graph.values.values()))
+            ref = ModelReference(evaluate(graph, dict(inputs)), "roller.reference, operator by operator")
+        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got,
+                               ref.outputs, ref.by, model_tolerances(v.dtype for v in graph.values.values()),
+                               ref.spread, ref.spread_by)
 
     def benchmark(self, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2) -> float:
         """Median seconds of one run's device work at the inputs' sizes."""

@@ -30,6 +30,7 @@ from roller.backends import ordered_inputs, require_device
 from roller.compiler.artifact import BuildFolder, BuiltKernel
 from roller.compiler.check import compare_outputs, model_tolerances
 from roller.compiler.kernel import Kernel, build_kernel, build_kernels
+from roller.compiler.model_reference import ModelReference, onnxruntime_reference
 from roller.compiler.target import StoredCosts, Target
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
@@ -184,41 +185,35 @@ class Model(BuildFolder):
             if onnxruntime and self.source is not None else (None, None)
         return Profile(self.name, steps, run_s, ort_nodes, ort_run)
 
-    def reference(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], str]:
-        """(outputs, what computed them): onnxruntime on the original model when it is installed, else the
-        graph evaluated operator by operator with roller.reference."""
+    def reference(self, inputs: Mapping[str, Any]) -> ModelReference:
+        """What ``check`` compares with: onnxruntime on the original model when it is installed (with its
+        unoptimised run as a quantized model's spread, ``model_reference``), else the graph evaluated operator by
+        operator with roller.reference."""
         feeds = self.executor.check_inputs(inputs)
         if self.source is not None:
-            try:
-                import onnxruntime as ort
-            except ImportError:
-                ort = None
-            if ort is not None:
-                options = ort.SessionOptions()
-                options.log_severity_level = 3   # its warnings (unused initializers...) are not the user's concern
-                sess = ort.InferenceSession(self.source.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
-                names = [o.name for o in sess.get_outputs()]
-                got = dict(zip(names, sess.run(None, feeds)))
-                return {n: np.asarray(got[n]) for n in self.output_names}, f"onnxruntime {ort.__version__}"
+            got = onnxruntime_reference(self.source, feeds)
+            if got is not None:
+                return dataclasses.replace(got, outputs={n: got.outputs[n] for n in self.output_names})
         if not self.graph.nodes:
             raise InputError(f"{self.name} was read back from a build folder and has no reference here: its ONNX "
                              f"file ({self.source_file or 'unknown'}) is missing or changed since the build, or "
                              "onnxruntime is not installed")
         from roller.graph.reference import evaluate
 
-        return evaluate(self.graph, feeds), "roller.reference, operator by operator"
+        return ModelReference(evaluate(self.graph, feeds), "roller.reference, operator by operator")
 
     def check(self, inputs: Mapping[str, Any] | None = None,
               outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Compare a run's outputs with ``reference``; CheckError (exit 4) naming the output and the worst
         element when one differs by more than float32 error over a model allows (MODEL_RTOL of the element,
-        MODEL_ATOL of the output's largest magnitude)."""
+        MODEL_ATOL of the output's largest magnitude) or, for a quantized model, more than twice the spread
+        between onnxruntime's optimised and unoptimised runs (``compare_outputs``)."""
         feeds = dict(inputs) if inputs is not None else self.random_inputs()
         got = dict(outputs) if outputs is not None else self.run(feeds)
-        ref, by = self.reference(feeds)
-        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got, ref, by,
-                               model_tolerances(v.dtype for v in self.graph.values.values()))
+        ref = self.reference(feeds)
+        return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got,
+                               ref.outputs, ref.by, model_tolerances(v.dtype for v in self.graph.values.values()),
+                               ref.spread, ref.spread_by)
 
     # -- build folders (roller.compiler.artifact) ------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> dict[str, Any]:

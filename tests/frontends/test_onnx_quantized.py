@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import roller
 from roller.backends import get
+from roller.compiler.model_reference import onnxruntime_reference, quantized
 from roller.errors import InputError
 from roller.frontends.onnx import import_model
 from roller.frontends.onnx.qdq import expand_contrib, qdq_to_qlinear
@@ -128,6 +129,21 @@ def test_a_quantized_model_matches_its_reference_and_onnxruntime(models: dict[st
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
         want = session.run(None, {"x": x})[0]
         assert np.abs(got - want).max() <= step * 1.001, name
+    assert m.check({"x": x})["reference"].startswith("onnxruntime")
+
+
+def test_a_quantized_models_reference_has_onnxruntimes_unoptimised_run_as_its_spread(models: dict[str, Path]
+                                                                                     ) -> None:
+    feeds = {"x": np.random.default_rng(3).standard_normal(SHAPE).astype(np.float32)}
+    for name, path in models.items():
+        proto = onnx.load(path)
+        ref = onnxruntime_reference(proto, feeds)
+        assert quantized(proto) and ref is not None and ref.spread is not None, name
+        assert ref.spread_by == f"{ref.by} without graph optimisations"
+        assert np.abs(ref.spread["y"] - ref.outputs["y"]).max() <= (_last_scale(proto) if name.startswith("q")
+                                                                    else 1e-3), name
+    plain = onnxruntime_reference(float_cnn(), feeds)
+    assert not quantized(float_cnn()) and plain is not None and plain.spread is None
 
 
 def test_qdq_groups_become_integer_operators(models: dict[str, Path]) -> None:
