@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 # round: to the nearest integer, halves to even (ONNX Round, and what QuantizeLinear rounds with)
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs", "cos", "sin", "round")
-# pow: as C and numpy (NaN for a negative base and a non-integer exponent; pow(x, 0) is 1)
-BINARY_FUNCS = ("max", "min", "pow")
+# pow: as C and numpy (NaN for a negative base and a non-integer exponent; pow(x, 0) is 1); fmod: the remainder
+# of truncating division, with the dividend's sign (C's fmod, ONNX's float Mod; exact, NaN for a zero divisor)
+BINARY_FUNCS = ("max", "min", "pow", "fmod")
 # Functions of typed bodies (integer and bool element types, roller.ir.types): comparisons give bool, the logic
 # takes bool, where(c, a, b) selects, isnan/isinf test floats, and a type's name converts to it (ONNX's Cast).
 COMPARE_FUNCS = ("eq", "ne", "lt", "le", "gt", "ge")

@@ -50,7 +50,8 @@ _TARGET_NAMES = Path(__file__).with_name("reserved_names.txt")
 # the function inside the kernel.
 KERNEL_CALLS = frozenset((
     "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "fabs", "expf", "logf", "sqrtf", "rsqrtf", "tanhf", "erff",
-    "fabsf", "isnan", "min", "max", "cos", "sin", "cosf", "sinf", "rint", "rintf", "nearbyint", "pow", "powf", "get_group_id", "get_local_id", "barrier",
+    "fabsf", "isnan", "min", "max", "cos", "sin", "cosf", "sinf", "rint", "rintf", "nearbyint", "pow", "powf", "fmod",
+    "fmodf", "get_group_id", "get_local_id", "barrier",
     "vload_half", "vstore_half")) | frozenset(
     f"{op}{n}" for op in ("vload", "vstore") for n in (2, 3, 4, 8, 16))
 

@@ -378,6 +378,9 @@ def _call(fn: str, args: list[np.ndarray]) -> np.ndarray:
     if fn == "pow":
         with np.errstate(all="ignore"):
             return np.power(x, args[1])
+    if fn == "fmod":
+        with np.errstate(all="ignore"):
+            return np.fmod(x, args[1])
     if fn == "max":
         return np.maximum(x, args[1])
     if fn == "min":
@@ -404,7 +407,8 @@ _TINY = {"float64": 2.0**-1074, "float32": 2.0**-149, "float16": 2.0**-24, "bflo
 # Error of one evaluation of each function, in ulps of its result (1 ulp = 2 unit roundoffs): the OpenCL C 1.2
 # single-precision limits (CUDA's and HIP's are tighter); sigmoid is exp, an add and a division.
 _ULPS = {"exp": 3, "log": 3, "sqrt": 3, "rsqrt": 2, "tanh": 5, "erf": 16, "sigmoid": 7, "relu": 0, "abs": 0,
-         "max": 0, "min": 0, "cos": 4, "sin": 4, "round": 0, "pow": 16}
+         "max": 0, "min": 0, "cos": 4, "sin": 4, "round": 0, "pow": 16,
+         "fmod": 0}
 _DIV_ULPS = 2.5
 
 
@@ -593,6 +597,16 @@ def _eval_err(e: Expr, env: dict, data: dict[str, np.ndarray], pad: float, u: fl
                 prop = np.abs(y * v / safe) * adx + np.abs(v * np.log(safe)) * np.abs(dy)
             prop = np.where((adx == 0) & (np.abs(dy) == 0), 0.0, np.where(ax > adx, prop, np.inf))
             return v, prop + 2 * _ULPS[e.fn] * u * np.abs(v)
+        elif e.fn == "fmod":   # x - n y for n = trunc(x / y), plus a whole |y| where the errors may move n
+            y, dy = pairs[1]
+            ady = np.abs(dy)
+            with np.errstate(all="ignore"):
+                q = x / y
+                n = np.trunc(q)
+                moves = np.abs(y) <= ady
+                moves |= (np.abs(q - np.round(q)) * (np.abs(y) - ady) <= adx + np.abs(q) * ady) & (np.round(q) != 0)
+            prop = adx + np.abs(n) * ady + np.where(moves, np.abs(y) + ady, 0.0)
+            prop = np.where((adx == 0) & (ady == 0), 0.0, prop)
         elif e.fn == "erf":
             prop = 1.1284 * adx
         elif e.fn == "sigmoid":

@@ -142,9 +142,10 @@ class _Eval:
             if fn == "where":
                 return np.where(self(args[0], "bool"), self(args[1], t), self(args[2], t))
             np_t = np_compute(t)
-            if fn == "pow":
+            if fn in ("pow", "fmod"):
                 with np.errstate(all="ignore"):
-                    return np.power(self(args[0], t), self(args[1], t)).astype(np_t)
+                    f = np.power if fn == "pow" else np.fmod
+                    return f(self(args[0], t), self(args[1], t)).astype(np_t)
             if fn in ("max", "min"):
                 a, b = self(args[0], t), self(args[1], t)
                 if np_t in FLOAT_HOSTS:   # NaN propagates, as the kernels' rl_max/rl_min

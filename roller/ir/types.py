@@ -159,7 +159,7 @@ class BodyTypes:
             return meet(a, b)
         if "bool" in args:
             raise TypeProblem(f"{fn}() takes numbers, not bool (convert it: int32(...) or float32(...))", e.pos)
-        if (fn in UNARY_FUNCS and fn not in ("relu", "abs")) or fn == "pow":
+        if (fn in UNARY_FUNCS and fn not in ("relu", "abs")) or fn in ("pow", "fmod"):
             return "float64" if "float64" in args else "float32"
         return meet(args[0], args[1]) if len(args) == 2 else args[0]
 

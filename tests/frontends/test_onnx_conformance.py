@@ -46,7 +46,6 @@ INT = ("integer or bool results of ops that keep them on the host: MaxPool's ind
 WIDE_INT = ("int16, uint16, uint32 and uint64 tensors: no kernel holds them (an input of those types is folded into "
             "the model; a result of those types is refused)")
 STRING = "string tensors"
-FLOAT_MOD = "floating-point Mod: a truncation function in the IR (integer Mod is translated)"
 NARROW = ("8-, 4- and 2-bit element types (float8 variants, float4, int4, uint4, int2, uint2) on the device "
           "(IR: element types)")
 HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float16 only: OpenCL C has no "
@@ -84,8 +83,6 @@ EXCLUDED: dict[str, str] = {
     r"test_(blackman|hamming|hann)window(_symmetric)?_expanded": FOLDED,
     r"test_(equal|greater|less|greater_equal|less_equal)_u?int(16|32|64)(_expanded)?": FOLDED,
     r"test_equal_string(_broadcast)?": STRING,
-    r"test_mod_.*float(16|32|64).*": FLOAT_MOD,
-    r"test_mod_mixed_sign_float(16|32|64)": FLOAT_MOD,
     # sizes
     r"test_reduce_.*_empty_set.*": FOLDED,
     r"test_split_zero_size_splits_opset\d+": FOLDED,

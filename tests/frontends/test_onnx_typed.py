@@ -64,6 +64,31 @@ def test_integer_arithmetic_and_mod_match_onnxruntime(fmod: int) -> None:
     assert cm.on_device and cm.kernels
 
 
+REALS = [0.0, -0.0, 0.0, -0.0, 5.5, -5.5, np.inf, 1.0, -1.0, np.nan, 7.0, -4.25, 6e4, -3.0e-3, 0.3, 2.0**-20]
+REAL_DIVS = [3.0, 3.0, -3.0, -3.0, -2.0, 2.0, 2.0, np.inf, np.inf, 1.0, 0.0, -0.75, 7.0, 1e-3, 0.1, -2.0**-22]
+
+
+@needs_device
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize(("onnx_type", "np_type"), [(T.FLOAT, np.float32), (T.FLOAT16, np.float16),
+                                                    (T.DOUBLE, np.float64)])
+def test_floating_point_mod_is_numpys_bit_for_bit(fmod: int, onnx_type: int, np_type: type) -> None:
+    """fmod=1 is C's fmod (the dividend's sign), fmod=0 numpy's mod (the divisor's sign, a zero with its sign):
+    equal to numpy's in every bit but NaN's, signed zeros, infinities and a zero divisor included (the
+    reference onnx.reference and the node tests use, whose comparisons do not see a zero's sign)."""
+    n = len(REALS)
+    m = model([helper.make_node("Mod", ["a", "b"], ["r"], fmod=fmod)], {"a": (onnx_type, [n]), "b": (onnx_type, [n])},
+              {"r": (onnx_type, [n])})
+    a, b = np.array(REALS, np_type), np.array(REAL_DIVS, np_type)
+    got = roller.compile_model(m, hw="pocl-cpu").run({"a": a, "b": b})["r"]
+    with np.errstate(invalid="ignore"):
+        want = np.fmod(a, b) if fmod else np.mod(a, b)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    real = ~np.isnan(want)
+    assert np.array_equal(got[real], want[real]) and np.array_equal(np.signbit(got[real]), np.signbit(want[real]))
+
+
 @needs_device
 def test_comparisons_logic_where_and_casts_match_onnxruntime() -> None:
     nodes = [helper.make_node("Less", ["x", "y"], ["lt"]), helper.make_node("Equal", ["i", "j"], ["eq"]),

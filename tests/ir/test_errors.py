@@ -324,7 +324,7 @@ def test_reduction_index_caret_on_the_read_that_uses_it(tmp_path, capsys):
 def test_unknown_function(tmp_path, capsys):
     assert_error(tmp_path, capsys, {"expr": "Y[i] = X[i] + gelu(X[i])", "shapes": {"X": [4]}},
                  " expr: unknown function 'gelu' (known: exp, log, sqrt, rsqrt, tanh, erf, sigmoid, relu, abs, "
-                 "cos, sin, round, max, min, pow, eq, ne, lt, le, gt, ge, and, or, xor, not, isnan, isinf, float64, float32, int64, int32, int8, "
+                 "cos, sin, round, max, min, pow, fmod, eq, ne, lt, le, gt, ge, and, or, xor, not, isnan, isinf, float64, float32, int64, int32, int8, "
                  "uint8, bool, where) (column 15)\n"
                  "  Y[i] = X[i] + gelu(X[i])\n"
                  "                ^")

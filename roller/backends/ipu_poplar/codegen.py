@@ -28,7 +28,7 @@ DIALECT = Dialect(
            "sigmoid": "({one} / ({one} + std::exp(-({0}))))", "relu": "rl_relu({0})",
            "abs": "std::fabs({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})",
            "cos": "std::cos({0})", "sin": "std::sin({0})",
-           "round": "std::nearbyint({0})", "pow": "std::pow({0}, {1})"},
+           "round": "std::nearbyint({0})", "pow": "std::pow({0}, {1})", "fmod": "std::fmod({0}, {1})"},
     to_acc="{x}", from_acc="{x}")
 
 FILES = ("codelets.cpp", "host.cpp", "graph_plan.hpp", "graph_plan.json", "Makefile")

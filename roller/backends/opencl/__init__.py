@@ -25,7 +25,7 @@ DIALECT = Dialect(
     funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
            "abs": "fabs({0})", "max": "rl_max{v}({0}, {1})", "min": "rl_min{v}({0}, {1})",
-           "cos": "cos({0})", "sin": "sin({0})", "round": "rint({0})", "pow": "pow({0}, {1})"},
+           "cos": "cos({0})", "sin": "sin({0})", "round": "rint({0})", "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
     wide_index=True, streaming_store="__builtin_nontemporal_store({v}, (__global {vtype}*)({ptr}))",
     conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")},

@@ -41,7 +41,7 @@ DIALECT = Dialect(
     funcs={"exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
            "tanh": "tanhf({0})", "erf": "erff({0})", "sigmoid": "({one} / ({one} + expf(-({0}))))",
            "relu": "rl_relu({0})", "abs": "fabsf({0})", "max": "rl_max({0}, {1})", "min": "rl_min({0}, {1})",
-           "cos": "cosf({0})", "sin": "sinf({0})", "round": "rintf({0})", "pow": "powf({0}, {1})"},
+           "cos": "cosf({0})", "sin": "sinf({0})", "round": "rintf({0})", "pow": "powf({0}, {1})", "fmod": "fmodf({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", language="HIP")
 
 

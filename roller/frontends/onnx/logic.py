@@ -58,11 +58,20 @@ def isinf(ctx: Context, node: onnx.NodeProto) -> None:
 def mod(ctx: Context, node: onnx.NodeProto) -> None:
     """Integer remainders: with ``fmod=1`` of truncating division (the dividend's sign, as C's ``%``), with
     ``fmod=0`` of flooring division (the divisor's sign, as Python's ``%``). A remainder by zero is the dividend
-    (the division by zero is 0, ``roller.ir.types``). Floating-point Mod is not supported."""
+    (the division by zero is 0, ``roller.ir.types``). Floating-point remainders are C's fmod (exact; NaN for a
+    zero divisor) and, with ``fmod=0``, that moved by the divisor where the signs differ, and a zero with the
+    divisor's sign (numpy's ``mod``, step for step: bit-equal to it)."""
     kinds = {ctx.element_type(name) for name in node.input}
-    if kinds & set(FLOAT_TYPES):
-        raise ctx.error(node, "Mod of floating-point tensors is not supported (integer tensors are)")
     floor = not int(ctx.attr(node, "fmod", 0))
+    if kinds & set(FLOAT_TYPES):
+        def real(x: list[Operand]) -> str:
+            r = f"fmod({x[0]}, {x[1]})"
+            if not floor:
+                return r
+            return (f"where(ne({r}, 0.0), where(xor(lt({r}, 0.0), lt({x[1]}, 0.0)), ({r}) + ({x[1]}), {r}), "
+                    f"where(lt({x[1]}, 0.0), -0.0, 0.0))")
+        elementwise(ctx, node, real)
+        return
 
     def body(x: list[Operand]) -> str:
         a, b = x

@@ -55,7 +55,7 @@ class Dialect:
         double), and conversions through float32 (float16's helpers take and give float32)."""
         wide = self.ctype["float64"]
         # The C library's float functions (expf, CUDA's and HIP's spelling) by their double names.
-        funcs = {k: re.sub(r"\b(exp|log|sqrt|rsqrt|tanh|erf|fabs|cos|sin|rint|pow)f\(", r"\1(", v)
+        funcs = {k: re.sub(r"\b(exp|log|sqrt|rsqrt|tanh|erf|fabs|cos|sin|rint|pow|fmod)f\(", r"\1(", v)
                  for k, v in self.funcs.items()}
         return replace(self, real=wide, float_suffix="", to_acc=f"({wide})({{x}})", funcs=funcs,
                        conversions={c: (f"(({wide}){load})", store.replace("{x}", "(float)({x})"))
