@@ -31,8 +31,10 @@ class DType:
         """``array`` (of the host type) as a contiguous buffer of the storage type."""
         if self.name == "bfloat16":
             bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-            rounded = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
-            return (rounded >> np.uint32(16)).astype(np.uint16)
+            rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
+            # a NaN stays a NaN, made quiet (rounding a NaN whose payload is in the low half would give infinity)
+            nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+            return np.where(nan, (bits >> np.uint32(16)) | np.uint32(0x40), rounded).astype(np.uint16)
         return np.ascontiguousarray(array, dtype=self.storage)
 
     def from_storage(self, array: np.ndarray) -> np.ndarray:

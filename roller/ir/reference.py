@@ -58,6 +58,9 @@ def bind_inputs(expr: TensorExpr, args: Sequence[np.ndarray] = (), kwargs: Mappi
         arr = np.asarray(bound[t.name])
         if tuple(arr.shape) != tuple(t.storage_shape):
             raise InputError(f"input {t.name!r} has shape {list(arr.shape)}, expected {list(t.storage_shape)}")
+        if t.dtype == "bfloat16":   # what the tensor holds: float32 values rounded to bfloat16, as a device stores them
+            kind = dtype("bfloat16")
+            arr = kind.from_storage(kind.to_storage(arr))
         bound[t.name] = arr
     return bound
 

@@ -354,7 +354,52 @@ def test_the_device_here_lacks_cl_khr_fp16() -> None:
     assert "cl_khr_fp16" not in pick_device().extensions
 
 
-@pytest.mark.parametrize("backend,hw", [("opencl", "pocl-cpu"), ("opencl", "v100"), ("hip", "mi50")])
+BF16 = [matmul("mmbf16", 33, 20, 70) | {"dtype": "bfloat16"},
+        matmul("mixedbf16", 33, 20, 70) | {"dtypes": {"A": "bfloat16"}},
+        conv("cvbf16", 3, 9, 4, 3) | {"dtype": "bfloat16"},
+        {"name": "mpbf16", "op": "maxpool2d", "N": 1, "C": 3, "H": 9, "W": 9, "K": 3, "dtype": "bfloat16"},
+        {"name": "rebf16", "op": "elementwise", "fn": "relu", "shapes": {"X": [100]}, "dtype": "bfloat16"},
+        {"name": "outbf16", "expr": "Y[i] += X[i,k] * 3", "shapes": {"X": [5, 9]}, "dtypes": {"Y": "bfloat16"}}]
+
+
+@pytest.mark.parametrize("doc", BF16, ids=lambda d: d["name"])
+@pytest.mark.parametrize("hw", ["pocl-cpu", "mi50", "ipu-gc200"])
+def test_bfloat16_runs_on_opencl(doc, hw) -> None:
+    """bfloat16 tensors are held as their bits too (OpenCL C has no type for them), each value the upper half
+    of a float's, stores rounded to nearest even: the same ops within bfloat16's error bound."""
+    op = load_op(doc)
+    k = roller.compile(op, hw=hw, backend="opencl", cache=False, top_k=1)
+    assert "rl_bf2f" in k.source
+    x = random_inputs(op, seed=0)
+    y = k(**x)
+    assert y.dtype == np.dtype(np.float32)   # bfloat16's host type
+    if op.output.dtype == "bfloat16":   # every value a bfloat16 number
+        assert not (y.view(np.uint32) & np.uint32(0xFFFF)).any()
+    check_against(op.name, op, x, y)
+
+
+@pytest.mark.parametrize("n", [7, 1000])   # a scalar kernel, a vectorised one
+def test_bfloat16_stores_round_as_ml_dtypes(n: int) -> None:
+    """float32 -> bfloat16 in a kernel, bit for bit as ml_dtypes (what onnx converts with) rounds: to nearest,
+    ties to even, NaN quiet with its sign, infinities and overflow to infinity, subnormals kept."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    # ties (to 1.0 below, up to 1 + 2^-6 above), past a tie, overflow, NaN, -0, a subnormal; then the rest
+    special = np.array([1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-8 + 2.0**-20, 3.4e38, -np.nan, -0.0, 1e-40,
+                        0.0, np.inf, -np.inf, np.nan, -3.4e38, -1e-45], np.float32)
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    x[:min(n, special.size)] = special[:n]
+    x.view(np.uint32)[-1] = 0x7F800001   # a NaN whose payload is in the half a store drops
+    op = load_op({"name": f"tobf16_{n}", "expr": "Y[i] = X[i]", "shapes": {"X": [n]}, "dtypes": {"Y": "bfloat16"}})
+    y = roller.compile(op, hw="pocl-cpu", backend="opencl", cache=False, top_k=1)(X=x)
+    with np.errstate(invalid="ignore"):
+        want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(np.isnan(y), np.isnan(want))
+    real = ~np.isnan(want)
+    assert np.array_equal(y.view(np.uint32)[real], want.view(np.uint32)[real])
+    assert np.array_equal(np.signbit(y), np.signbit(want))
+
+
+@pytest.mark.parametrize("backend,hw", [("hip", "mi50")])
 def test_bfloat16_is_rejected_where_there_is_no_type(tmp_path, capsys, backend, hw) -> None:
     path = tmp_path / "op.json"
     path.write_text(json.dumps(matmul("bf", 8, 8, 8) | {"dtype": "bfloat16"}))

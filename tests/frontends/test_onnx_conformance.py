@@ -48,8 +48,6 @@ WIDE_INT = ("int16, uint16, uint32 and uint64 tensors: no kernel holds them (an 
 STRING = "string tensors"
 NARROW = ("8-, 4- and 2-bit element types (float8 variants, float4, int4, uint4, int2, uint2) on the device "
           "(IR: element types)")
-HALF = ("bfloat16 kernels on the OpenCL backend, which renders float32 and float16 only: OpenCL C has no "
-        "bfloat16 type (the importer's caller refuses it before building)")
 BLOCKED = "blocked quantization (block_size: one scale per block of an axis): per tensor and per axis are translated"
 TRAINING = "training mode: Dropout draws a random mask, BatchNormalization returns updated running statistics"
 SEQUENCE = "sequence and optional values: only tensors are imported"
@@ -67,8 +65,6 @@ EXCLUDED: dict[str, str] = {
     r"test_(de)?quantizelinear_(e4m3fn|e5m2|float4e2m1|u?int4|u?int2)(_.*)?": NARROW,
     r"test_(de)?quantizelinear_u?int16": WIDE_INT,
     r"test_(de)?quantizelinear_blocked(_.*)?": BLOCKED,
-    r"test_cast(like)?_.*BFLOAT16.*": HALF,
-    r"test_.*(bfloat16|bf16).*": HALF,
     r"test_attention_4d_causal_fp16(_expanded)?": HALF_ROUNDING,
     r"test_(edge|reflect|wrap)_pad": INT,
     r"test_maxpool_with_argmax_.*": INT,
@@ -95,6 +91,7 @@ EXCLUDED: dict[str, str] = {
     r"test_constantofshape_float_ones": FOLDED,
     r"test_range_float_type_positive_delta": FOLDED,
     r"test_range_float16_type_positive_delta": FOLDED,
+    r"test_range_bfloat16_type_positive_delta": FOLDED,
 }
 
 # -- the cases -----------------------------------------------------------------------------------------------

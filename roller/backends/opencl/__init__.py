@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 TEMPLATES = Path(__file__).parent / "templates"
 
 DIALECT = Dialect(
-    ctype={"float64": "double", "float32": "float", "float16": "ushort", "int64": "long", "int32": "int", "int8": "char", "uint8": "uchar", "bool": "uchar"},
+    ctype={"float64": "double", "float32": "float", "float16": "ushort", "bfloat16": "rl_bf16", "int64": "long", "int32": "int", "int8": "char", "uint8": "uchar", "bool": "uchar"},
     unsigned={"int64": "ulong", "int32": "uint", "int8": "uchar", "uint8": "uchar"},
     funcs={"exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "tanh": "tanh({0})",
            "erf": "erf({0})", "sigmoid": "({one} / ({one} + exp(-({0}))))", "relu": "rl_relu{v}({0})",
@@ -28,8 +28,9 @@ DIALECT = Dialect(
            "cos": "cos({0})", "sin": "sin({0})", "round": "rint({0})", "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})"},
     to_acc="(float)({x})", from_acc="({ctype})({x})", vector_loads=True, wide_int="long", wide_uint="ulong",
     wide_index=True, streaming_store="__builtin_nontemporal_store({v}, (__global {vtype}*)({ptr}))",
-    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})")},
-    vector_io={"ushort": ("rl_h2f_v(vload{w}(0, {ptr}))", "vstore{w}(rl_f2h_v({v}), 0, {ptr})")},
+    conversions={"ushort": ("rl_h2f({x})", "rl_f2h({x})"), "rl_bf16": ("rl_bf2f({x})", "rl_f2bf({x})")},
+    vector_io={"ushort": ("rl_h2f_v(vload{w}(0, {ptr}))", "vstore{w}(rl_f2h_v({v}), 0, {ptr})"),
+               "rl_bf16": ("rl_bf2f_v(vload{w}(0, {ptr}))", "vstore{w}(rl_f2bf_v({v}), 0, {ptr})")},
     language="OpenCL C")
 
 
@@ -44,7 +45,7 @@ class OpenCLBackend(Backend):
     file_ext = "cl"
     target_pattern = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
     target_hint = "an OpenCL target name like pocl-cpu"
-    dtypes = ("float64", "float32", "float16", "int64", "int32", "int8", "uint8", "bool")
+    dtypes = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
     typed_bodies = True
     cache_env = ("ROLLER_CL_MAPPING", "ROLLER_CL_FAST_MATH", "ROLLER_CL_DEVICE")
     runs_any_description = True

@@ -192,7 +192,7 @@ class CLRunner(Runner):
         bufs = []
         for spec, arr in zip(self.args[:-1], padded_inputs(self.art.launch, inputs)):
             # Each buffer in its tensor's dtype: a float16 tensor is 2-byte elements to the kernel.
-            a: np.ndarray = np.ascontiguousarray(arr, dtype=dtype(spec.get("dtype", "float32")).storage)
+            a: np.ndarray = dtype(spec.get("dtype", "float32")).to_storage(arr)
             bufs.append(cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a))
         oshape = tuple(self.args[-1]["shape"])
         odtype = dtype(self.args[-1].get("dtype", "float32")).storage
@@ -242,6 +242,9 @@ class CLRunner(Runner):
         self._launch(bufs, obuf)
         cl.enqueue_copy(self.queue, host, obuf)
         self.queue.finish()
+        kind = dtype(self.args[-1].get("dtype", "float32"))
+        if kind.name == "bfloat16":   # the bits back as float32, the host type (a bool output stays its bytes)
+            host = kind.from_storage(host)
         if out is not None and host is not out:
             out[...] = host
             return out
@@ -290,7 +293,7 @@ class CLRunner(Runner):
             host = np.asarray(arr)
             if tuple(host.shape) != shape:   # given padded: its interior
                 host = host[tuple(slice(b, b + n) for b, n in zip(pad["before"], shape))]
-            data: np.ndarray = np.ascontiguousarray(host, dtype=kind.storage)
+            data: np.ndarray = kind.to_storage(host)
             src = cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=data) \
                 if data.size else cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY, size=max(4, size * math.prod(shape)))
             piece = Piece("x", (0,) * len(shape), tuple(pad["before"]), shape)

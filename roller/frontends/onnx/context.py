@@ -93,10 +93,11 @@ def real_type(dtype: str) -> type:
 
 
 def held_type(kind: np.dtype) -> str:
-    """The element type a constant of numpy type ``kind`` is uploaded as: float64, float16 and the integer and
-    bool types stay what they are (the kernels of a float16 or float64 model read them so); every other float
-    type becomes float32 (bfloat16 constants too: ml_dtypes' type is no host type of the table)."""
-    return kind.name if kind.name in DEVICE_TYPES.values() and kind.name != "bfloat16" else "float32"
+    """The element type a constant of numpy type ``kind`` is uploaded as: the device types (float64, float16,
+    bfloat16 from ml_dtypes' type, the integer and bool types) stay what they are (the kernels of a float16 or
+    bfloat16 model read them so, and its results keep the declared type); every other float type becomes
+    float32."""
+    return kind.name if kind.name in DEVICE_TYPES.values() else "float32"
 
 
 def literal(c: np.ndarray) -> str | None:
@@ -217,7 +218,7 @@ class Context:
             return hint
         name = hint if hint not in self._names else self.fresh(hint)
         kind = held_type(np.asarray(array).dtype)
-        arr = np.ascontiguousarray(array, dtype=kind)
+        arr = np.ascontiguousarray(array, dtype=dtype_of(kind).host)   # bfloat16's is float32: exact
         self.declare(name, arr.shape, kind)
         self.graph.constants[name] = arr
         return name
