@@ -218,7 +218,7 @@ class Context:
             return hint
         name = hint if hint not in self._names else self.fresh(hint)
         kind = held_type(np.asarray(array).dtype)
-        arr = np.ascontiguousarray(array, dtype=dtype_of(kind).host)   # bfloat16's is float32: exact
+        arr: np.ndarray = np.ascontiguousarray(array, dtype=dtype_of(kind).host)   # bfloat16's is float32: exact
         self.declare(name, arr.shape, kind)
         self.graph.constants[name] = arr
         return name
