@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from roller.compiler.check import compare_outputs, model_tolerances
-from roller.compiler.model_reference import ModelReference, onnxruntime_reference
+from roller.compiler.model_reference import ModelReference, graph_reference, onnxruntime_reference
 from roller.compiler.target import Target, TargetBound
 from roller.errors import InputError, printable
 from roller.ir.symbolic import DEFAULT_MAX, MAX_SYMBOL_VALUE
@@ -189,11 +189,8 @@ class DynamicModel(TargetBound):
             return dict(self.model_at(**self.bind(inputs)).check(inputs))
         got = self.run(inputs)
         graph = self.generic.family.at(self.bind(inputs)[self.symbols[0]])   # the model at the inputs' sizes
-        ref = onnxruntime_reference(self.source, dict(inputs))
-        if ref is None:
-            from roller.graph.reference import evaluate
-
-            ref = ModelReference(evaluate(graph, dict(inputs)), "roller.reference, operator by operator")
+        given = onnxruntime_reference(self.source, dict(inputs))
+        ref = given if isinstance(given, ModelReference) else graph_reference(graph, inputs, given)
         return compare_outputs(f"{self.name} on {self.hw.name}/{self.backend.name}", self.output_names, got,
                                ref.outputs, ref.by, model_tolerances(v.dtype for v in graph.values.values()),
                                ref.spread, ref.spread_by)

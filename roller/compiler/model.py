@@ -30,7 +30,7 @@ from roller.backends import ordered_inputs, require_device
 from roller.compiler.artifact import BuildFolder, BuiltKernel
 from roller.compiler.check import compare_outputs, model_tolerances
 from roller.compiler.kernel import Kernel, build_kernel, build_kernels
-from roller.compiler.model_reference import ModelReference, onnxruntime_reference
+from roller.compiler.model_reference import ModelReference, graph_reference, onnxruntime_reference
 from roller.compiler.target import StoredCosts, Target
 from roller.dtypes import dtype as dtype_of
 from roller.errors import InputError
@@ -190,17 +190,17 @@ class Model(BuildFolder):
         unoptimised run as a quantized model's spread, ``model_reference``), else the graph evaluated operator by
         operator with roller.reference."""
         feeds = self.executor.check_inputs(inputs)
+        why = ""
         if self.source is not None:
             got = onnxruntime_reference(self.source, feeds)
-            if got is not None:
+            if isinstance(got, ModelReference):
                 return dataclasses.replace(got, outputs={n: got.outputs[n] for n in self.output_names})
+            why = got
         if not self.graph.nodes:
             raise InputError(f"{self.name} was read back from a build folder and has no reference here: its ONNX "
                              f"file ({self.source_file or 'unknown'}) is missing or changed since the build, or "
-                             "onnxruntime is not installed")
-        from roller.graph.reference import evaluate
-
-        return ModelReference(evaluate(self.graph, feeds), "roller.reference, operator by operator")
+                             f"onnxruntime is not installed{f' ({why})' if why else ''}")
+        return graph_reference(self.graph, feeds, why)
 
     def check(self, inputs: Mapping[str, Any] | None = None,
               outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:

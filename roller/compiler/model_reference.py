@@ -34,10 +34,16 @@ def quantized(model: Any) -> bool:
     return any(n.op_type.startswith("QLinear") or n.op_type in QUANTIZING_OPS for n in model.graph.node)
 
 
+class NoOnnxruntimeRun(Exception):
+    """onnxruntime cannot run the model (no CPU kernel for a type, say bfloat16 convolutions): the message says
+    why, in one line."""
+
+
 def onnxruntime_outputs(model: Any, feeds: Mapping[str, Any], *, optimize: bool = True
                         ) -> tuple[dict[str, np.ndarray], str] | None:
     """(outputs by name, "onnxruntime VERSION") of the ONNX model ``model`` on ``feeds`` with the CPU provider,
-    with every graph optimisation or (``optimize=False``) none; None without onnxruntime."""
+    with every graph optimisation or (``optimize=False``) none; None without onnxruntime; NoOnnxruntimeRun when
+    onnxruntime refuses the model or fails to run it."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -46,20 +52,39 @@ def onnxruntime_outputs(model: Any, feeds: Mapping[str, Any], *, optimize: bool 
     options.log_severity_level = 3   # its warnings (unused initializers...) are not the user's concern
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return {n: np.asarray(v) for n, v in zip(names, sess.run(None, dict(feeds)))}, f"onnxruntime {ort.__version__}"
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        outputs = sess.run(None, dict(feeds))
+    except Exception as e:   # its errors (NotImplemented, Fail, ...) derive from Exception alone
+        if not type(e).__module__.startswith("onnxruntime"):
+            raise
+        raise NoOnnxruntimeRun(f"onnxruntime {ort.__version__} cannot run this model: "
+                               f"{' '.join(str(e).split())[:200]}") from None
+    return {n: np.asarray(v) for n, v in zip(names, outputs)}, f"onnxruntime {ort.__version__}"
 
 
-def onnxruntime_reference(model: Any, feeds: Mapping[str, Any]) -> ModelReference | None:
-    """onnxruntime's outputs for ``feeds``, with its unoptimised run as the spread of a quantized model; None
-    without onnxruntime."""
-    got = onnxruntime_outputs(model, feeds)
-    if got is None:
-        return None
-    outputs, by = got
-    if not quantized(model):
-        return ModelReference(outputs, by)
-    second = onnxruntime_outputs(model, feeds, optimize=False)
+def onnxruntime_reference(model: Any, feeds: Mapping[str, Any]) -> ModelReference | str:
+    """onnxruntime's outputs for ``feeds``, with its unoptimised run as the spread of a quantized model; else why
+    there are none ("" without onnxruntime, which is no news to the user)."""
+    try:
+        got = onnxruntime_outputs(model, feeds)
+        if got is None:
+            return ""
+        outputs, by = got
+        if not quantized(model):
+            return ModelReference(outputs, by)
+        second = onnxruntime_outputs(model, feeds, optimize=False)
+    except NoOnnxruntimeRun as e:
+        return str(e)
     assert second is not None
     return ModelReference(outputs, by, second[0], f"{by} without graph optimisations")
+
+
+def graph_reference(graph: Any, feeds: Mapping[str, Any], why: str) -> ModelReference:
+    """The graph evaluated operator by operator with roller.reference, where onnxruntime gave nothing (``why``:
+    what ``onnxruntime_reference`` said)."""
+    from roller.graph.reference import evaluate
+
+    by = "roller.reference, operator by operator" + (f" ({why})" if why else "")
+    return ModelReference(evaluate(graph, dict(feeds)), by)

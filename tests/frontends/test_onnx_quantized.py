@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import roller
 from roller.backends import get
-from roller.compiler.model_reference import onnxruntime_reference, quantized
+from roller.compiler.model_reference import ModelReference, onnxruntime_reference, quantized
 from roller.errors import InputError
 from roller.frontends.onnx import import_model
 from roller.frontends.onnx.qdq import expand_contrib, qdq_to_qlinear
@@ -138,12 +138,12 @@ def test_a_quantized_models_reference_has_onnxruntimes_unoptimised_run_as_its_sp
     for name, path in models.items():
         proto = onnx.load(path)
         ref = onnxruntime_reference(proto, feeds)
-        assert quantized(proto) and ref is not None and ref.spread is not None, name
+        assert quantized(proto) and isinstance(ref, ModelReference) and ref.spread is not None, name
         assert ref.spread_by == f"{ref.by} without graph optimisations"
         assert np.abs(ref.spread["y"] - ref.outputs["y"]).max() <= (_last_scale(proto) if name.startswith("q")
                                                                     else 1e-3), name
     plain = onnxruntime_reference(float_cnn(), feeds)
-    assert not quantized(float_cnn()) and plain is not None and plain.spread is None
+    assert not quantized(float_cnn()) and isinstance(plain, ModelReference) and plain.spread is None
 
 
 def test_qdq_groups_become_integer_operators(models: dict[str, Path]) -> None:
