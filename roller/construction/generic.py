@@ -375,7 +375,7 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
         return ax
     lo, hi = op.ranges[ax.symbol]
     base = {s: r[1] for s, r in op.ranges.items()}
-    top = at.top if at is not None else prepared(op.instantiate(base), hw)
+    top = at.top if at is not None else prepared(op.instantiate(base), hw, align=False)
     forms: dict[int, TensorExpr] = {hi: top}
     sources: dict[int, TensorExpr] = {}
 

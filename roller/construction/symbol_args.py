@@ -85,7 +85,8 @@ def two_sizes(op: SymbolicOp, hw: HardwareDesc, what: str) -> TwoSizes | str:
     other = max(lo, 2) if hi > max(lo, 2) else lo
     base = {s: r[1] for s, r in op.ranges.items()}
     src_top, src_low = op.instantiate(base), op.instantiate({**base, sym: other})
-    return TwoSizes(sym, hi, other, src_top, src_low, prepared(src_top, hw), prepared(src_low, hw))
+    return TwoSizes(sym, hi, other, src_top, src_low, prepared(src_top, hw, align=False),
+                    prepared(src_low, hw, align=False))
 
 
 def runtime_axes(op: SymbolicOp, hw: HardwareDesc, at: TwoSizes | None = None) -> RuntimeAxes | str:

@@ -56,6 +56,10 @@ class MemoryLayer:
     # device scope: stores of whole transactions can bypass the caches (x86 non-temporal stores), so that a
     # store to a line that is not cached needs no read of it first
     streaming_stores: bool = False
+    # cache scope: addresses this many bytes apart share a set of the smallest data cache that loads through
+    # this layer pass (a CPU core's L1: its capacity / ways, 4 KiB on x86), so rows that far apart compete for
+    # that set's few ways
+    alias_bytes: int | None = None
 
     @property
     def capacity(self) -> int:
@@ -237,6 +241,8 @@ class HardwareDesc:
                 d["bank_width_bytes"] = layer.bank_width_bytes
             if layer.streaming_stores:
                 d["streaming_stores"] = True
+            if layer.alias_bytes is not None:
+                d["alias_bytes"] = layer.alias_bytes
             memory.append(d)
         par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
         if par["hardware_threads_per_unit"] is None:

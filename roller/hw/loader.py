@@ -42,17 +42,17 @@ TOP_KEYS = ("extends", "name", "vendor", "backend", "target", "notes", "memory",
 TOP_REQUIRED = ("name", "vendor", "backend", "target", "memory", "parallelism", "compute")
 LAYER_KEYS = ("name", "scope", "capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
               "capacity_per_thread_bytes", "bandwidth_gbps", "transaction_bytes", "line_bytes", "banks",
-              "bank_width_bytes", "streaming_stores")
+              "bank_width_bytes", "streaming_stores", "alias_bytes")
 # scope -> (required capacity/bank keys, optional ones); everything else of LAYER_KEYS' capacity/bank keys
 # is not used by that scope and is an error.
 SCOPE_KEYS = {
     "device": (("capacity_bytes",), ("banks", "bank_width_bytes", "streaming_stores")),
-    "cache": (("capacity_bytes",), ("capacity_per_unit_bytes", "banks", "bank_width_bytes")),
+    "cache": (("capacity_bytes",), ("capacity_per_unit_bytes", "banks", "bank_width_bytes", "alias_bytes")),
     "block": (("capacity_per_unit_bytes", "capacity_per_block_bytes", "banks", "bank_width_bytes"), ()),
     "thread": (("capacity_per_unit_bytes", "capacity_per_thread_bytes"), ("banks", "bank_width_bytes")),
 }
 SCOPED_KEYS = ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
-               "capacity_per_thread_bytes", "banks", "bank_width_bytes", "streaming_stores")
+               "capacity_per_thread_bytes", "banks", "bank_width_bytes", "streaming_stores", "alias_bytes")
 # The key that holds what one consumer of the layer can use, compared between neighbouring layers.
 CONSUMER_CAPACITY = {"device": "capacity_bytes", "cache": "capacity_bytes",
                      "block": "capacity_per_block_bytes", "thread": "capacity_per_thread_bytes"}
@@ -710,6 +710,11 @@ class _Checker:
         streaming = value.get("streaming_stores", False)
         if not isinstance(streaming, bool):
             raise self.fail(path + ("streaming_stores",), f"expected true or false, got {show(streaming)}")
+        alias = value.get("alias_bytes")
+        if alias is not None:
+            alias = self.pow2(alias, path + ("alias_bytes",))
+            if alias < line:
+                raise self.fail(path + ("alias_bytes",), f"expected at least line_bytes ({line}), got {alias}")
         for inner, outer in (("capacity_per_block_bytes", "capacity_per_unit_bytes"),
                              ("capacity_per_thread_bytes", "capacity_per_unit_bytes")):
             small, big = sizes[inner], sizes[outer]
@@ -722,7 +727,7 @@ class _Checker:
                            capacity_per_thread_bytes=sizes["capacity_per_thread_bytes"],
                            bandwidth_peak_gbps=peak, bandwidth_effective_gbps=eff,
                            transaction_bytes=transaction, line_bytes=line, banks=banks, bank_width_bytes=width,
-                           streaming_stores=streaming)
+                           streaming_stores=streaming, alias_bytes=alias)
 
     def parallelism(self, value: Any, backend: str, required: tuple[str, ...]) -> Parallelism:
         path: tuple = ("parallelism",)

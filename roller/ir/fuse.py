@@ -7,6 +7,7 @@ in every tensor is a plain reshape; the implicit GEMM of a convolution is a gath
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 from roller.ir.expr import Affine, Read, axis_values, gathers
@@ -253,16 +254,20 @@ def implicit_gemm(expr: TensorExpr) -> TensorExpr:
     return regroup(expr, [spatial, reduce])
 
 
-def prepare(expr: TensorExpr, gemm_conv: bool = True, pad: bool = False) -> TensorExpr:
+def prepare(expr: TensorExpr, gemm_conv: bool = True, pad: bool = False,
+            row_pads: Mapping[str, tuple[tuple[int, int], ...]] | None = None) -> TensorExpr:
     """The form construction works on: implicit GEMM for convolutions, axis fusion for everything else; with
     ``pad`` (kernels that read global memory directly: a CPU), windows read padded copies of their inputs
-    first (``window_pads``), so that no read needs a bounds test."""
+    first (``window_pads``), so that no read needs a bounds test; ``row_pads`` pads more (the description's
+    alias rule: ``roller.construction.alias_pads``)."""
     if expr.source is not None:
         return expr
-    if pad:
-        pads = window_pads(expr)
-        if pads:
-            return fuse_axes(pad_inputs(expr, pads))
+    pads = dict(window_pads(expr)) if pad else {}
+    for name, extra in (row_pads or {}).items():
+        have = pads.get(name, ((0, 0),) * len(extra))
+        pads[name] = tuple((max(b, eb), max(a, ea)) for (b, a), (eb, ea) in zip(have, extra))
+    if pads:
+        return fuse_axes(pad_inputs(expr, pads))
     return implicit_gemm(expr) if gemm_conv else fuse_axes(expr)
 
 

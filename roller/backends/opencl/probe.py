@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from roller.backends.opencl.launcher import POCL_PLATFORM
@@ -440,6 +441,29 @@ def _probe_join(cl: Any, ctx: Any, queue: Any, units: int, runs: int) -> float:
     return max(statistics.median(joins) * 1e6, 1e-3)
 
 
+def l1_set_span(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Bytes after which addresses share a set of this machine's level-1 data cache (its capacity / ways), from
+    Linux's sysfs; None where that is not there or not a power of two."""
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+            ways = int((index / "ways_of_associativity").read_text())
+        except (OSError, ValueError):
+            continue
+        if level != "1" or kind not in ("Data", "Unified") or ways < 1:
+            continue
+        units = {"K": 1024, "M": 1024 * 1024}
+        try:
+            nbytes = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        except ValueError:
+            return None
+        span = nbytes // ways
+        return span if span > 0 and span & (span - 1) == 0 else None
+    return None
+
+
 def _probe_tiles(cl: Any, ctx: Any, queue: Any, res: ProbeResult, quick: bool,
                  log: Callable[[str], None]) -> None:
     """FP32 throughput of the kernels' register-tile loop for a range of tile shapes, with plain and with
@@ -585,6 +609,10 @@ def _render_yaml(r: ProbeResult, name: str) -> str:
           "kernel (local memory is this cache)")
         w(f"    transaction_bytes: {line}                         # queried cache line")
         w(f"    line_bytes: {line}                                # queried cache line")
+        alias = l1_set_span()
+        if alias is not None and alias >= line:
+            w(f"    alias_bytes: {alias}                              # queried: this machine's L1 data cache, "
+              "capacity / ways (sysfs)")
     else:
         w("  - name: local")
         w("    scope: block")
