@@ -200,8 +200,9 @@ def alias_pads(expr: TensorExpr, cache: MemoryLayer) -> dict[str, tuple[tuple[in
         row_bytes = t.shape[-1] * t.itemsize
         if row_bytes % cache.alias_bytes or cache.line_bytes % t.itemsize:
             continue
-        walks = all(idx[-1].plain_axis() in reduce and any(a in spatial for i in idx[:-1] for a, _ in i.terms)
-                    for idx in expr.accesses(t.name))
+        reads_of = expr.accesses(t.name)
+        walks = bool(reads_of) and all(idx[-1].plain_axis() in reduce and
+                                       any(a in spatial for i in idx[:-1] for a, _ in i.terms) for idx in reads_of)
         if walks:
             out[t.name] = ((0, 0),) * (len(t.shape) - 1) + ((0, cache.line_bytes // t.itemsize),)
     return out
