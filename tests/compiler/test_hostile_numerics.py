@@ -326,11 +326,18 @@ def test_avgpool_windows_wholly_in_padding(tmp_path, capsys) -> None:
 
 # ---- 10: float16 and bfloat16 on OpenCL --------------------------------------------------------------------------------
 
-F16 = [matmul("mm16", 33, 20, 70) | {"dtype": "float16"}, matmul("mixed", 33, 20, 70) | {"dtypes": {"A": "float16"}},
-       conv("cv16", 3, 9, 4, 3) | {"dtype": "float16"},
-       {"name": "mp16", "op": "maxpool2d", "N": 1, "C": 3, "H": 9, "W": 9, "K": 3, "dtype": "float16"},
-       {"name": "re16", "op": "elementwise", "fn": "relu", "shapes": {"X": [100]}, "dtype": "float16"},
-       {"name": "out16", "expr": "Y[i] += X[i,k] * 3", "shapes": {"X": [5, 9]}, "dtypes": {"Y": "float16"}}]
+def half_ops(dtype: str, tag: str) -> list[dict]:
+    """Ops that hold ``dtype`` tensors: a matmul, one with a single such input, a convolution, a pooling, an
+    elementwise op, and a float32 sum stored as ``dtype``."""
+    return [matmul(f"mm{tag}", 33, 20, 70) | {"dtype": dtype},
+            matmul(f"mixed{tag}", 33, 20, 70) | {"dtypes": {"A": dtype}},
+            conv(f"cv{tag}", 3, 9, 4, 3) | {"dtype": dtype},
+            {"name": f"mp{tag}", "op": "maxpool2d", "N": 1, "C": 3, "H": 9, "W": 9, "K": 3, "dtype": dtype},
+            {"name": f"re{tag}", "op": "elementwise", "fn": "relu", "shapes": {"X": [100]}, "dtype": dtype},
+            {"name": f"out{tag}", "expr": "Y[i] += X[i,k] * 3", "shapes": {"X": [5, 9]}, "dtypes": {"Y": dtype}}]
+
+
+F16, BF16 = half_ops("float16", "16"), half_ops("bfloat16", "bf16")
 
 
 @pytest.mark.parametrize("doc", F16, ids=lambda d: d["name"])
@@ -352,14 +359,6 @@ def test_the_device_here_lacks_cl_khr_fp16() -> None:
     from roller.backends.opencl.launcher import pick_device
 
     assert "cl_khr_fp16" not in pick_device().extensions
-
-
-BF16 = [matmul("mmbf16", 33, 20, 70) | {"dtype": "bfloat16"},
-        matmul("mixedbf16", 33, 20, 70) | {"dtypes": {"A": "bfloat16"}},
-        conv("cvbf16", 3, 9, 4, 3) | {"dtype": "bfloat16"},
-        {"name": "mpbf16", "op": "maxpool2d", "N": 1, "C": 3, "H": 9, "W": 9, "K": 3, "dtype": "bfloat16"},
-        {"name": "rebf16", "op": "elementwise", "fn": "relu", "shapes": {"X": [100]}, "dtype": "bfloat16"},
-        {"name": "outbf16", "expr": "Y[i] += X[i,k] * 3", "shapes": {"X": [5, 9]}, "dtypes": {"Y": "bfloat16"}}]
 
 
 @pytest.mark.parametrize("doc", BF16, ids=lambda d: d["name"])
