@@ -197,6 +197,8 @@ def alias_pads(expr: TensorExpr, cache: MemoryLayer) -> dict[str, tuple[tuple[in
     for t in expr.inputs:
         if len(t.shape) < 2 or t.view is not None or t.orig_shape is not None or t.name in gathered:
             continue
+        if t.size == t.shape[-1]:   # one row (a classifier's A[1, k]) has nothing to alias with
+            continue
         row_bytes = t.shape[-1] * t.itemsize
         if row_bytes % cache.alias_bytes or cache.line_bytes % t.itemsize:
             continue

@@ -64,6 +64,7 @@ def test_what_is_padded_and_what_is_not() -> None:
     assert prepared(load_op(matmul(1024)), CPU, align=False).preparation is None
     assert alias_pads(load_op({"name": "e", "expr": "Y[i,j] = X[i,j] * 2", "shapes": {"X": [4, 1024]}}),
                       CPU.memory[1]) == {}   # an elementwise op reads each row once
+    assert pads_of(matmul(2048, m=1, n=1000, transpose_b=True)) == {"B": ((0, 0), (0, 16))}   # A is one row
 
 
 @needs_device
