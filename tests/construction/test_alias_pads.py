@@ -112,6 +112,7 @@ def _cache_dir(root: Path, index: int, level: str, kind: str, size: str, ways: s
     ([(1, "Data", "48K", "8")], None),                                     # 6 KiB: no power of two
     ([(2, "Unified", "1024K", "8")], None),                                # no level-1 data cache listed
     ([(1, "Data", "lots", "8")], None),
+    ([(1, "Data", "", "8")], None),
     ([], None),
 ])
 def test_the_probe_reads_the_l1_set_span_from_sysfs(tmp_path: Path, entries: list, span: int | None) -> None:

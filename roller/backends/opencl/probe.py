@@ -452,7 +452,7 @@ def l1_set_span(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
             ways = int((index / "ways_of_associativity").read_text())
         except (OSError, ValueError):
             continue
-        if level != "1" or kind not in ("Data", "Unified") or ways < 1:
+        if level != "1" or kind not in ("Data", "Unified") or ways < 1 or not size:
             continue
         units = {"K": 1024, "M": 1024 * 1024}
         try:
