@@ -33,7 +33,8 @@ def matmul(k: int, m: int = 20, n: int = 32, **more: object) -> dict:
 
 
 def pads_of(op: dict, hw: object = CPU) -> dict:
-    return dict(prepared(load_op(op), hw).preparation.pads) if prepared(load_op(op), hw).preparation else {}
+    prep = prepared(load_op(op), hw).preparation
+    return dict(prep.pads) if prep is not None else {}
 
 
 def test_the_bundled_cpu_description_has_its_l1_set_span() -> None:
