@@ -133,6 +133,36 @@ def test_conv_transpose_phases(spatial: list[int], kernel: list[int], attrs: dic
     check(model, {"x": rand(2, c, *spatial)}, rtol=1e-4, atol=1e-5)
 
 
+POINTWISE = [  # (spatial, attrs, weight a graph input): the forms a 1x1 convolution takes in exported models
+    ([7, 7], {}, False), ([9, 6], {"strides": [2, 2]}, False), ([5, 5], {"dilations": [3, 3]}, True),
+    ([11], {}, False), ([3, 4, 5], {"strides": [1, 2, 1]}, True),
+    ([6, 6], {"pads": [1, 0, 0, 1]}, False),   # a padded 1x1 keeps its window (its border is zeros)
+]
+
+
+@needs_device
+@pytest.mark.parametrize(("spatial", "attrs", "weight_input"), POINTWISE)
+def test_pointwise_convolutions(spatial: list[int], attrs: dict[str, Any], weight_input: bool) -> None:
+    c, f = 5, 6
+    w = rand(f, c, *[1] * len(spatial), seed=1)
+    inputs = {"x": (F, [2, c, *spatial])} | ({"w": (F, list(w.shape))} if weight_input else {})
+    model = node_model("Conv", inputs, ["y"], inits={} if weight_input else {"w": w}, **attrs)
+    check(model, {"x": rand(2, c, *spatial)} | ({"w": w} if weight_input else {}), rtol=1e-4, atol=1e-5)
+
+
+def test_a_pointwise_convolution_is_a_matmul_over_its_positions() -> None:
+    # Its unit window axes dropped, a 1x1 convolution's positions are one axis after axis fusion on a CPU: a
+    # matmul of weights by positions. With them, X's index h+r kept H and W apart (7x7 positions tiled as
+    # 8x8, rows of 7: 22-40 GFLOP/s where the matmul ran 130 on PoCL).
+    from roller.construction import prepared
+    from roller.hw import load
+    model = node_model("Conv", {"x": (F, [1, 160, 7, 7])}, ["y"], inits={"w": rand(960, 160, 1, 1)})
+    (node,) = [n for n in import_model(model).nodes if hasattr(n, "expr")]
+    assert [a.name for a in node.expr.reduce_axes] == ["c"]
+    form = prepared(node.expr, load("pocl-cpu"))
+    assert sorted(a.extent for a in form.spatial_axes if a.extent > 1) == [49, 960]
+
+
 @needs_device
 @pytest.mark.parametrize(("mode", "transform"), list(itertools.product(
     ["round_prefer_floor", "floor", "ceil"], ["half_pixel", "asymmetric", "align_corners"])))
