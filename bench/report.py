@@ -13,8 +13,8 @@ A file's kind is its name's prefix: ``models-`` (bench/models.py --json), ``laye
 (bench/gpu.py and bench/gpu_checks.py runs collected by bench/gpu_session.sh), ``pocl-`` (bench/pocl.py's
 matmul against numpy and memory-bound ops against a copy kernel), ``construct-`` (bench/construct.py),
 ``checks-`` (the CUDA and HIP compile checks), ``compare-`` (``roller compare``), ``compile-time-``
-(issue 39's bench/compile_time.py), ``light-zoo-`` (bench/light_zoo.py), ``quantized-`` (bench/quantized.py) and
-``float16-`` (bench/float16_models.py). Other ``.json`` files are named as
+(issue 39's bench/compile_time.py), ``light-zoo-`` (bench/light_zoo.py), ``quantized-`` (bench/quantized.py),
+``float16-`` (bench/float16_models.py) and ``farm-`` (bench/farm.py). Other ``.json`` files are named as
 not read.
 
 Where, when and how a file was measured: its own top-level fields ``date`` (YYYY-MM-DD), ``time`` (HH:MM,
@@ -24,7 +24,7 @@ current) and ``transcribed_from``. Files that predate these fields have them in 
 whose entry wins over the file's own fields; without either, the date comes from the file name.
 
 The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-``, ``language-``, ``generation-``,
-``light-zoo-``, ``quantized-`` and ``float16-`` files are loose: ``rows`` is a list of objects whose keys become
+``light-zoo-``, ``quantized-``, ``float16-`` and ``farm-`` files are loose: ``rows`` is a list of objects whose keys become
 the table's columns; ``target`` is shown above the table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
 optional ``gflops``}]}) and ``memory`` ({``rows``: [{``op``, ``vs_copy``: one ratio or a list, one per run,
 optional ``gbps``, ``copy_gbps``}]}). Expected of compile time (issue 39), one row per build timed::
@@ -60,7 +60,8 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "generation": "python bench/generation.py --json FILE",
          "light-zoo": "python bench/light_zoo.py --json FILE",
          "quantized": "python bench/quantized.py --zoo DIR --json FILE",
-         "float16": "python bench/float16_models.py --zoo DIR --json FILE"}
+         "float16": "python bench/float16_models.py --zoo DIR --json FILE",
+         "farm": "python bench/farm.py --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -490,7 +491,13 @@ def render(folder: Path = RESULTS) -> str:
              ("checks", "Compile checks (CUDA, HIP; no GPU)",
               "Every op of the suites rendered and compiled for each description's target.", ""),
              ("compare", "Cross-device report (`roller compare`)",
-              "Every op of the suite built for every bundled description, and the report written.", "")]
+              "Every op of the suite built for every bundled description, and the report written.", ""),
+             ("farm", "Build farm on Dask (`roller compare --scheduler`)",
+              ("`roller compare`'s builds (construction, the model's ranking, rendering) of a model zoo's distinct "
+               "operators x descriptions: serial in the client process, then on local Dask clusters of one and "
+               "two single-threaded workers started by the script, alternating rounds, medians; every run's "
+               "entries equal the serial build's (`bench/farm.py`). One machine: its workers share its cores."),
+              "Not measured yet: `python bench/farm.py --json bench/results/farm-DATE.json`.")]
     areas = [_area(results, "models", MODELS, lambda r, _: _models(r)), layers_area(results),
              _area(results, "pocl", POCL, lambda r, _: _pocl(r)),
              _area(results, "gpu", GPU, lambda r, _: _gpu(r)),

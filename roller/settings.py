@@ -96,6 +96,12 @@ class RuntimeSettings:
                               "run: a read of memory nothing wrote shows as NaN (slower; for testing)")
 
 
+class FarmSettings:
+    scheduler: Knob[str | None] = Knob("ROLLER_SCHEDULER", None,
+                                       "a Dask scheduler's address (tcp://host:8786): roller compare builds on its "
+                                       "workers (the same as --scheduler)")
+
+
 class TestSettings:
     update_golden: Knob[bool] = Knob("ROLLER_UPDATE_GOLDEN", False, "1 rewrites the tests' golden files")
 
@@ -107,6 +113,7 @@ class Settings:
     hip = HipSettings()
     poplar = PoplarSettings()
     runtime = RuntimeSettings()
+    farm = FarmSettings()
     tests = TestSettings()
 
 

@@ -3,6 +3,7 @@
 #
 #   bash scripts/setup.sh          # runtime: roller + pyopencl (OpenCL kernels run on the CPU through PoCL)
 #   bash scripts/setup.sh --dev    # also the test, lint and plot extras
+#   bash scripts/setup.sh --torch  # also PyTorch's CPU build and transformers: torch.compile(m, backend="roller")
 #
 # Idempotent: packages already installed are not installed again, and an existing .venv is reused.
 # Written for Debian 12 with Python 3.11, run as root (as CI does); it also works as another user when the
@@ -11,11 +12,13 @@
 set -euo pipefail
 
 extras="opencl"
+torch=""
 for arg in "$@"; do
     case "$arg" in
         --dev) extras="opencl,dev,plot" ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup.sh: unknown option '$arg' (expected --dev)" >&2; exit 2 ;;
+        --torch) torch=1 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup.sh: unknown option '$arg' (expected --dev or --torch)" >&2; exit 2 ;;
     esac
 done
 
@@ -55,9 +58,27 @@ fi
 # 3. The package, editable, with its extras.
 # pip's stderr is passed on, less the machine-specific "Location 'file://...' is ignored" index warnings;
 # pipefail keeps pip's exit status.
-{ .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]" 2>&1 1>&3 \
-    | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; } >&2; } 3>&1
+pip_quiet() {
+    { .venv/bin/python -m pip install -q --disable-pip-version-check "$@" 2>&1 1>&3 \
+        | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; } >&2; } 3>&1
+}
+pip_quiet -e ".[${extras}]"
 
-# 4. One line on what was set up.
+# 4. --torch: the torch extra with torch's CPU build (PyPI's default wheel bundles CUDA: gigabytes), and
+# transformers for the BERT case of the torch test tier. The CPU build is taken from a local wheel where pip
+# finds one (this project's CI machines have it on disk), else from PyTorch's CPU index. Where neither works
+# the rest of the setup stands and that tier is skipped, with the reason.
+if [[ -n "$torch" ]]; then
+    cpu_torch="torch==2.13.0+cpu"
+    if { .venv/bin/python -c "import torch" 2>/dev/null || pip_quiet "$cpu_torch" 2>/dev/null ||
+         pip_quiet "$cpu_torch" --extra-index-url https://download.pytorch.org/whl/cpu; } &&
+       pip_quiet -e ".[${extras},torch]" transformers; then
+        extras="${extras},torch"
+    else
+        echo "setup.sh: PyTorch could not be installed; the torch test tier will be skipped" >&2
+    fi
+fi
+
+# 5. One line on what was set up.
 echo "setup.sh: roller installed in $repo/.venv with extras [${extras}] ($(.venv/bin/python -V 2>&1));" \
      "run .venv/bin/roller"

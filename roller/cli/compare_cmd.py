@@ -17,6 +17,7 @@ from typing import Any
 from roller.cli.common import positive_int
 from roller.compiler.inputs import ModelInput, OpInput, SymbolicInput
 from roller.errors import InputError
+from roller.settings import settings
 
 
 def register(sub: Any) -> None:
@@ -57,6 +58,9 @@ def register(sub: Any) -> None:
     p.add_argument("--no-plots", dest="plots", action="store_false", help="leave out the matplotlib charts")
     p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
                    help="worker processes (default: the CPUs available, at most 8)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="build on the workers of this Dask scheduler (tcp://host:8786) instead of local processes; "
+                        "default: $ROLLER_SCHEDULER where set (docs/compare.md, 'A build farm')")
     p.set_defaults(func=cmd_compare)
 
 
@@ -105,7 +109,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         kernels = tmp / "kernels" if args.codegen and args.kernels else None
         report = rep.build(ops, hws, ops_file=args.file, top_k=args.top_k, codegen=args.codegen,
                            measured=args.measured, baseline=args.baseline, jobs=args.jobs, kernels_dir=kernels,
-                           plots=args.plots, on_step=step, model=model)
+                           plots=args.plots, on_step=step, model=model,
+                           scheduler=args.scheduler or settings.farm.scheduler)
         written = rep.write_files(report, tmp, started=t0)
         rep.move_into_place(tmp, out_dir)
     finally:

@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 CODEGEN_OK, CODEGEN_NONE, CODEGEN_ERROR, CODEGEN_SKIPPED = "ok", "no backend", "error", "skipped"
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+SOURCES = "_sources"   # the rendered files an entry carries from its task to the writer
 
 
 @dataclass(frozen=True)
 class Job:
-    """One (device, ops) task; ``kernels_dir`` receives ``<hw>/<op>/<files>`` when code generation is on."""
+    """One (device, ops) task; with ``kernels_dir`` its entries carry their rendered sources back, which the
+    collecting process writes there as ``<hw>/<op>/<files>``."""
 
     hw: HardwareDesc
     ops: tuple[TensorExpr, ...]
@@ -114,13 +116,23 @@ def _codegen(prog: Any, hw: HardwareDesc, op: TensorExpr, backend: Any, enabled:
                            "files": sorted(art.files), "lines": art.source.count("\n") if art.main_file else None,
                            "ms": ms, "path": None}
     if kernels_dir is not None:
+        # The sources travel in the entry and the process that collects writes them (write_kernels): a task
+        # may run on another machine, whose file system is not the report's.
         rel = Path(safe_component(hw.name)) / safe_component(op.name)
-        folder = kernels_dir / rel
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, text in art.files.items():
-            (folder / safe_component(name)).write_text(text, encoding="utf-8")
+        out[SOURCES] = {safe_component(name): text for name, text in art.files.items()}
         out["path"] = (Path("kernels") / rel / safe_component(art.main_file or min(art.files))).as_posix()
     return out
+
+
+def write_kernels(entry: dict[str, Any], kernels_dir: Path) -> None:
+    """Write the kernel sources an entry carries under ``kernels_dir/<hw>/<op>/``, and drop them from it."""
+    texts = entry["codegen"].pop(SOURCES, None)
+    if texts is None:
+        return
+    folder = kernels_dir / safe_component(entry["hw"]) / safe_component(entry["op"])
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        (folder / name).write_text(text, encoding="utf-8")
 
 
 def run_job(job: Job) -> list[dict[str, Any]]:
@@ -144,33 +156,42 @@ class _BuildFailure(Exception):
 
 
 def collect(ops: list[TensorExpr], devices: list[HardwareDesc], top_k: int, codegen: bool,
-            kernels_dir: Path | None, jobs: int, on_step: Callable[[int, str], None] | None = None
-            ) -> list[dict[str, Any]]:
+            kernels_dir: Path | None, jobs: int, on_step: Callable[[int, str], None] | None = None,
+            scheduler: str | None = None) -> list[dict[str, Any]]:
     """Entries for every op x device, ordered op by op (file order), devices in the order given.
 
-    ``on_step(n, note)`` is called as ``n`` more entries are done. ``jobs`` > 1 uses that many processes."""
-    chunk = max(1, min(32, -(-len(ops) // 4)))
+    ``on_step(n, note)`` is called as ``n`` more entries are done. ``jobs`` > 1 uses that many processes;
+    ``scheduler`` (a Dask scheduler's address) sends each op x device to that cluster's workers instead
+    (``roller.compare.farm``)."""
+    # On a cluster each task costs about 8 ms more (scheduling, the description and entries pickled both ways):
+    # one op per task ran at 0.61x a serial build's rate on one worker, eight per task 0.90x (bench/farm.py).
+    chunk = max(1, min(8 if scheduler else 32, -(-len(ops) // 4)))
     tasks = [Job(hw, tuple(ops[i:i + chunk]), top_k, codegen, str(kernels_dir) if kernels_dir else None)
              for hw in devices for i in range(0, len(ops), chunk)]
     results: dict[int, list[dict[str, Any]]] = {}
+
+    def done(i: int, entries: list[dict[str, Any]]) -> None:
+        results[i] = entries
+        if on_step:
+            on_step(len(tasks[i].ops), tasks[i].hw.name)
+
     try:
-        if jobs <= 1 or len(tasks) == 1:
+        if scheduler:
+            from roller.compare.farm import run_on_cluster
+
+            run_on_cluster(scheduler, run_job, tasks, done)
+        elif jobs <= 1 or len(tasks) == 1:
             for i, task in enumerate(tasks):
-                results[i] = run_job(task)
-                if on_step:
-                    on_step(len(task.ops), task.hw.name)
+                done(i, run_job(task))
         else:
             with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=die_with_parent,
                                      initargs=(os.getpid(),)) as pool:
                 futures = {pool.submit(run_job, t): i for i, t in enumerate(tasks)}
                 pending = set(futures)
                 while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        i = futures[f]
-                        results[i] = f.result()
-                        if on_step:
-                            on_step(len(tasks[i].ops), tasks[i].hw.name)
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        done(futures[f], f.result())
     except _BuildFailure as fail:
         from roller.errors import RollerError
 
@@ -182,6 +203,9 @@ def collect(ops: list[TensorExpr], devices: list[HardwareDesc], top_k: int, code
     order = {hw.name: i for i, hw in enumerate(devices)}
     op_index = {op.name: i for i, op in enumerate(ops)}
     entries = [e for i in sorted(results) for e in results[i]]
+    if kernels_dir is not None:
+        for e in entries:
+            write_kernels(e, kernels_dir)
     entries.sort(key=lambda e: (op_index[e["op"]], order[e["hw"]]))
     return entries
 

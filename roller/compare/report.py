@@ -82,10 +82,12 @@ def _op_doc(op: TensorExpr) -> dict[str, Any]:
 def build(ops: list[TensorExpr], hws: list[HardwareDesc], *, ops_file: str, top_k: int = 10,
           codegen: bool = True, measured: list[str] | None = None, baseline: str | None = None,
           jobs: int | None = None, kernels_dir: Path | None = None, plots: bool = True,
-          on_step: Callable[[int, str], None] | None = None, model: Mapping[str, Any] | None = None) -> Report:
+          on_step: Callable[[int, str], None] | None = None, model: Mapping[str, Any] | None = None,
+          scheduler: str | None = None) -> Report:
     """Construct, predict and render every op for every description and summarize; writes nothing except
     kernel sources into ``kernels_dir`` (when given and ``codegen``). ``model`` ({"name", "uses": op name ->
-    how many of the model's nodes it runs}) adds whole-model totals: each op's time counted per use."""
+    how many of the model's nodes it runs}) adds whole-model totals: each op's time counted per use.
+    ``scheduler``: a Dask scheduler's address, whose workers build instead of local processes."""
     from roller import __version__
 
     names = [h.name for h in hws]
@@ -99,7 +101,8 @@ def build(ops: list[TensorExpr], hws: list[HardwareDesc], *, ops_file: str, top_
                          field="--baseline")
     meas = _measured.load(measured or [])  # read before the long part: a bad file fails fast
     t0 = time.perf_counter()
-    entries = _collect.collect(ops, hws, top_k, codegen, kernels_dir, jobs or _collect.default_jobs(), on_step)
+    entries = _collect.collect(ops, hws, top_k, codegen, kernels_dir, jobs or _collect.default_jobs(), on_step,
+                               scheduler=scheduler)
     t_collect = time.perf_counter() - t0
     devices = []
     for h in hws:

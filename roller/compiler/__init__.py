@@ -80,8 +80,8 @@ def compile(op: OpLike, hw: HwLike | Target | None = None, backend: str | None =
 def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | None = None, top_k: int = 10, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, evaluate: bool = False, cache: bool = True,
                   jobs: int | None = None, progress: bool | None = None, fuse: bool | str = True,
-                  ranges: Mapping[str, tuple[int, int]] | None = None, generic: bool = True
-                  ) -> Model | DynamicModel:
+                  ranges: Mapping[str, tuple[int, int]] | None = None, generic: bool = True,
+                  example_inputs: Sequence[Any] | None = None) -> Model | DynamicModel:
     """Import ``model`` (an ONNX file, bytes, ModelProto, or a ``roller.graph.Graph``), fuse its operators into
     kernels (``fuse``: "solver", the default, or True: the partition of least predicted time; "greedy": the
     rule-based pass; "none" or False: one kernel per operator), build a kernel for each distinct operator on
@@ -91,17 +91,31 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
     A model whose inputs leave sizes open (``dim_param``) that ``shapes`` does not fix gives a
     ``roller.compiler.dynamic_model.DynamicModel``: built once for every size where one kernel per operator
     serves them all (``generic``), else each set of sizes at its first run; ``ranges`` bounds each open size by
-    name (default 1 to 4096)."""
+    name (default 1 to 4096). A ``torch.nn.Module`` is exported to ONNX first, called on ``example_inputs``
+    (a sequence of CPU tensors: ``roller.compiler.torch_backend``; its inputs and outputs are then numpy
+    arrays, as a file's are)."""
     from roller.compiler.dynamic_model import dynamic_model, open_dims
     from roller.compiler.inputs import as_model, checked_shapes
     from roller.compiler.model import build_model, fuse_method, with_shapes
     from roller.compiler.target import Target
+    from roller.compiler.torch_backend import export_onnx, is_torch_module
     from roller.frontends.onnx import import_model
 
     check_top_k(top_k)
     method = fuse_method(fuse)
     target = Target.resolve(hw, backend)
     t0 = time.perf_counter()
+    if is_torch_module(model):
+        if example_inputs is None:
+            raise InputError("a torch.nn.Module compiles for the inputs it is called on: pass example_inputs",
+                             field="example_inputs")
+        if model.training:
+            raise InputError("the module is in training mode: call module.eval() first (Roller compiles "
+                             "inference)")
+        model = export_onnx(model, list(example_inputs))
+    elif example_inputs is not None:
+        raise InputError("example_inputs apply to a torch.nn.Module; an ONNX model's inputs have their shapes",
+                         field="example_inputs")
     given = as_model(model)
     source = given.proto
     if given.graph is not None:

@@ -133,6 +133,26 @@ def test_conv_transpose_phases(spatial: list[int], kernel: list[int], attrs: dic
     check(model, {"x": rand(2, c, *spatial)}, rtol=1e-4, atol=1e-5)
 
 
+@needs_device
+@pytest.mark.parametrize("axis", [1, -1, 0])
+def test_gather_elements_of_constants_longer_than_their_indices(axis: int) -> None:
+    # PyTorch's exporter writes BERT's token type ids as GatherElements of a [1, 512] buffer at [1, 32]
+    # positions; ONNX's reference implementation, which folds constants at import, failed on it.
+    data = np.arange(2 * 9, dtype=np.float32).reshape(2, 9)
+    idx = np.array([[0, -1, 3], [8, 2, 2]], np.int64) if axis != 0 else np.array([[1, 0, 1]], np.int64)
+    gather = helper.make_node("GatherElements", ["data", "idx"], ["g"], axis=axis)
+    add = helper.make_node("Add", ["g", "x"], ["y"])
+    shape = list(idx.shape)
+    graph = helper.make_graph([gather, add], "g", [helper.make_tensor_value_info("x", F, shape)],
+                              [helper.make_tensor_value_info("y", F, shape)],
+                              [numpy_helper.from_array(data, "data"), numpy_helper.from_array(idx, "idx")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rand(*shape)
+    want = np.take_along_axis(data[:, :3] if axis == 0 else data, np.where(idx < 0, idx + 9, idx), axis=axis) + x
+    check(model, {"x": x})
+    np.testing.assert_allclose(backend.run_model(model, {"x": x})[0], want)
+
+
 POINTWISE = [  # (spatial, attrs, weight a graph input): the forms a 1x1 convolution takes in exported models
     ([7, 7], {}, False), ([9, 6], {"strides": [2, 2]}, False), ([5, 5], {"dilations": [3, 3]}, True),
     ([11], {}, False), ([3, 4, 5], {"strides": [1, 2, 1]}, True),

@@ -242,6 +242,25 @@ def _input(ctx: Context, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence
     return ctx.declare(inp.name, dims, DEVICE_TYPES[t.elem_type])
 
 
+def _numpy_fold(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    """The node's outputs by numpy where ONNX's reference implementation gets them wrong, else None: its
+    GatherElements fails where the data is longer than the indices on the axis (BERT's token type ids,
+    a [1, 512] buffer gathered at [1, 32] positions, as PyTorch's exporter writes it)."""
+    if node.op_type != "GatherElements" or len(node.input) != 2 or any(i not in feeds for i in node.input):
+        return None
+    data, idx = feeds[node.input[0]], feeds[node.input[1]]
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if data.ndim != idx.ndim or not -data.ndim <= axis < data.ndim or idx.dtype.kind not in "iu":
+        return None
+    axis %= data.ndim
+    wrapped = np.where(idx < 0, idx + data.shape[axis], idx)
+    if np.any(wrapped < 0) or np.any(wrapped >= data.shape[axis]) or \
+            any(idx.shape[d] > data.shape[d] for d in range(data.ndim) if d != axis):
+        return None   # the reference's own error names what is wrong
+    trimmed = data[tuple(slice(0, n) if d != axis else slice(None) for d, n in enumerate(idx.shape))]
+    return [np.take_along_axis(trimmed, wrapped, axis=axis)]
+
+
 def _fold(ctx: Context, proto: onnx.ModelProto, node: onnx.NodeProto) -> None:
     """Evaluate a node whose inputs are all constants, with ONNX's reference implementation."""
     feeds: dict[str, np.ndarray] = {}
@@ -258,7 +277,7 @@ def _fold(ctx: Context, proto: onnx.ModelProto, node: onnx.NodeProto) -> None:
         # ONNX defines log(0) = -inf and the like; numpy's warnings about them are not the user's business (T5's
         # relative position buckets take the log of a zero distance and discard it with Where).
         with np.errstate(all="ignore"):
-            results = ReferenceEvaluator(model).run(None, feeds)
+            results = _numpy_fold(node, feeds) or ReferenceEvaluator(model).run(None, feeds)
     except Exception as err:  # noqa: BLE001 - the reference raises anything; the node is at fault
         raise ctx.error(node, f"evaluating it at import failed: {err.__class__.__name__}: "
                               f"{str(err).splitlines()[0] if str(err) else ''}") from None
