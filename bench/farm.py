@@ -34,7 +34,6 @@ from bench.models import cpu_name
 
 ZOO = Path.home() / ".cache" / "roller" / "zoo"
 DEFAULT_MODELS = ("resnet18", "mobilenet_v2", "bert_base_layer", "resnet50", "efficientnet_b0")
-TIMINGS = ("construction_ms", "ms")
 
 
 def model_path(name: str) -> Path:
@@ -53,16 +52,6 @@ def zoo_ops(models: list[str]) -> list[Any]:
         found, _ = model_ops(as_model(str(model_path(name))), None)
         ops += [dataclasses.replace(op, name=f"{name}_{op.name}") for op in found]
     return ops
-
-
-def stripped(entries: list[dict[str, Any]]) -> str:
-    def strip(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in TIMINGS}
-        if isinstance(x, list):
-            return [strip(v) for v in x]
-        return x
-    return json.dumps(strip(entries), sort_keys=True)
 
 
 class LocalCluster:
@@ -134,7 +123,7 @@ def main() -> None:
             for label, sched in (("serial", None), ("1 worker", clusters[1].address),
                                  ("2 workers", clusters[2].address)):
                 s, entries = timed(lambda sched=sched: build(sched))
-                key = stripped(entries)
+                key = collect.without_timings(entries)
                 reference = reference or key
                 if key != reference:
                     raise SystemExit(f"{label}: the entries differ from the serial build's")

@@ -8,6 +8,7 @@ says "no backend".
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -231,6 +232,21 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
         if os.getppid() != parent:  # re-parented: the compare is gone
             os._exit(1)
+
+
+#: entry fields that are wall times: the only ones two builds of the same ops may differ in
+TIMINGS = ("construction_ms", "ms")
+
+
+def without_timings(entries: list[dict[str, Any]]) -> str:
+    """``entries`` as JSON without their wall times: what a build anywhere else must reproduce exactly."""
+    def strip(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in TIMINGS}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+    return json.dumps(strip(entries), sort_keys=True)
 
 
 def default_jobs() -> int:

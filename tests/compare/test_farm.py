@@ -27,7 +27,6 @@ from roller.hw import load as load_hw
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = {"mini_resnet": None, "mini_bert": None, "mini_gpt2": ["input_ids=1,12", "attention_mask=1,12"]}
 DESCRIPTIONS = ["pocl-cpu", "h100", "mi50"]
-TIMINGS = ("construction_ms", "ms")   # wall times: the only fields two builds may differ in
 
 
 def free_port() -> int:
@@ -106,16 +105,6 @@ def zoo_ops() -> list[Any]:
     return ops
 
 
-def comparable(entries: list[dict[str, Any]]) -> str:
-    def strip(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in TIMINGS}
-        if isinstance(x, list):
-            return [strip(v) for v in x]
-        return x
-    return json.dumps(strip(entries), sort_keys=True)
-
-
 def tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -144,7 +133,7 @@ def test_a_zoo_on_two_workers_survives_a_killed_worker_and_equals_a_local_build(
     assert sum(steps) == len(ops) * len(hws) and len(steps) > 2
 
     local = collect.collect(ops, hws, top_k=4, codegen=True, kernels_dir=tmp_path / "local", jobs=1)
-    assert comparable(remote) == comparable(local)
+    assert collect.without_timings(remote) == collect.without_timings(local)
     got, want = tree(tmp_path / "remote"), tree(tmp_path / "local")
     assert len(want) >= len(ops) * len(hws) and got == want
 
