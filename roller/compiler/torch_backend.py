@@ -188,11 +188,11 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> Any:
         torch = _torch()
-        if self.graph.stale():   # built again around the state this call passes
-            self.graph = TorchGraph(self.gm, args, self.options, {i: args[i] for i in self.slots})
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
                                            for i, a in enumerate(args) if i not in self.slots):
             return self.gm(*args)   # a gradient is wanted through an input: Roller's results carry none
+        if self.graph.stale():   # built again around the state this call passes
+            self.graph = TorchGraph(self.gm, args, self.options, {i: args[i] for i in self.slots})
         return self.graph(*args)
 
 
