@@ -17,6 +17,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 CONNECT_TIMEOUT_S = 10.0
+#: how long a run waits with work left and no worker at all before it gives up (a worker may be restarting)
+NO_WORKER_TIMEOUT_S = 30.0
+#: how long a finished task's result may take to arrive (it waits, not hangs, where its worker has died)
+RESULT_TIMEOUT_S = 5.0
 
 
 def client_for(scheduler: str) -> Any:
@@ -38,17 +42,64 @@ def client_for(scheduler: str) -> Any:
                          field="--scheduler") from None
 
 
+def _code_hash() -> str:
+    from roller.cache import code_hash
+
+    return code_hash()
+
+
+def _worker_count(dask_scheduler: Any) -> int:
+    return len(dask_scheduler.workers)
+
+
+def check_workers(client: Any, scheduler: str) -> None:
+    """A one-line InputError where the cluster has no worker (within the connect timeout), or a worker runs
+    other Roller code than this client (its entries could differ from a local build's)."""
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        raise InputError(f"the Dask scheduler at {scheduler} has no workers (none joined within "
+                         f"{CONNECT_TIMEOUT_S:g} s)", field="--scheduler") from None
+    mine = _code_hash()
+    other = sorted(addr for addr, h in client.run(_code_hash).items() if h != mine)
+    if other:
+        raise InputError(f"the worker at {other[0]} runs other Roller code than this client: install the same "
+                         "version on every worker", field="--scheduler")
+
+
 def run_on_cluster(scheduler: str, fn: Callable[[T], R], tasks: Sequence[T],
                    done: Callable[[int, R], None]) -> None:
     """``fn(task)`` for every task on the cluster at ``scheduler``; ``done(i, result)`` as each comes back.
-    The first task that raises ends the run with its exception (the rest are cancelled)."""
-    from distributed import as_completed
+    The first task that raises ends the run with its exception (the rest are cancelled); a run whose workers
+    are all gone for ``NO_WORKER_TIMEOUT_S`` ends with a one-line InputError instead of waiting forever."""
+    import time
 
     with client_for(scheduler) as client:
+        check_workers(client, scheduler)
         futures = client.map(fn, list(tasks), pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
+        pending = {f: i for i, f in enumerate(futures)}
+        alone_since: float | None = None
         try:
-            for future in as_completed(futures, loop=client.loop):
-                done(index[future.key], future.result())
+            while pending:
+                progressed = False
+                for future in [f for f in pending if f.status != "pending"]:
+                    try:
+                        result = future.result(timeout=RESULT_TIMEOUT_S)
+                    except TimeoutError:
+                        # Its worker died holding the result: the scheduler computes it again elsewhere.
+                        continue
+                    done(pending.pop(future), result)
+                    progressed = True
+                if progressed:
+                    alone_since = None
+                    continue
+                time.sleep(0.05)
+                if client.run_on_scheduler(_worker_count):   # asked each time: the client's copy lags
+                    alone_since = None
+                    continue
+                alone_since = alone_since or time.monotonic()
+                if time.monotonic() - alone_since > NO_WORKER_TIMEOUT_S:
+                    raise InputError(f"every worker of the Dask scheduler at {scheduler} is gone, with "
+                                     f"{len(pending)} of {len(futures)} tasks left", field="--scheduler")
         finally:
             client.cancel(futures)

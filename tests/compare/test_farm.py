@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed", reason="the farm tests need dask.distributed (the dev extra)")
 
-from roller.compare import collect
+from roller.compare import collect, farm
 from roller.compare.farm import client_for
 from roller.errors import InputError
 from roller.hw import load as load_hw
@@ -44,7 +45,14 @@ class Cluster:
 
 def _wait_for_workers(address: str, n: int, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
-    with client_for(address) as client:
+    while True:   # the scheduler itself may take a moment to listen
+        try:
+            client = client_for(address)
+            break
+        except InputError:
+            if time.monotonic() > end:
+                raise
+    with client:
         while len(client.scheduler_info()["workers"]) < n:
             if time.monotonic() > end:
                 raise RuntimeError(f"{n} workers did not join {address} in {timeout:g} s")
@@ -52,33 +60,44 @@ def _wait_for_workers(address: str, n: int, timeout: float = 60.0) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def start_cluster(tmp_path: Path) -> Iterator[Any]:
+    """A function that starts a real ``dask scheduler`` and ``workers`` ``dask worker`` processes on localhost
+    (importing Roller from ``code``) and returns them; all are ended after the test."""
     dask = str(Path(sys.executable).parent / "dask")
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    logs = tmp_path / "logs"
-    logs.mkdir()
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(logs / f"{name}.log", "wb") as log:
-            p = subprocess.Popen([dask, *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
-        procs.append(p)
-        return p
+    def start(workers: int = 2, code: Path = ROOT) -> Cluster:
+        port = free_port()
+        address = f"tcp://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        logs = tmp_path / f"logs-{port}"
+        logs.mkdir()
+
+        def run(name: str, *args: str) -> subprocess.Popen[bytes]:
+            with open(logs / f"{name}.log", "wb") as log:
+                p = subprocess.Popen([dask, *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+            procs.append(p)
+            return p
+
+        sched = run("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
+        # --no-nanny: a worker is one process, so that a SIGKILL ends it for good (a nanny would restart it).
+        started = [run(f"worker{i}", "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                       "--name", f"w{i}") for i in range(workers)]
+        _wait_for_workers(address, workers)
+        return Cluster(address, sched, started)
 
     try:
-        sched = start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
-        # --no-nanny: a worker is one process, so that a SIGKILL ends it for good (a nanny would restart it).
-        workers = [start(f"worker{i}", "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                         "--name", f"w{i}") for i in range(2)]
-        _wait_for_workers(address, 2)
-        yield Cluster(address, sched, workers)
+        yield start
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=30)
+
+
+@pytest.fixture
+def cluster(start_cluster: Any) -> Cluster:
+    return start_cluster()  # type: ignore[no-any-return]
 
 
 def _processing(address: str, name: str, wait_s: float = 2.0) -> int:
@@ -167,3 +186,41 @@ def test_a_scheduler_that_is_not_there_is_a_one_line_error(address: str, message
     assert run.returncode == InputError.exit_code
     assert message in run.stderr and "--scheduler" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_a_run_whose_workers_are_all_gone_ends_with_a_one_line_error(cluster: Cluster,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(farm, "NO_WORKER_TIMEOUT_S", 2.0)
+    ops = zoo_ops()
+
+    def on_step(n: int, note: str) -> None:
+        for w in cluster.workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGKILL)
+
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match=r"every worker of the Dask scheduler at tcp://.* is gone, with \d+ of"):
+        collect.collect(ops, [load_hw("pocl-cpu")], top_k=2, codegen=False, kernels_dir=None, jobs=1,
+                        on_step=on_step, scheduler=cluster.address)
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_scheduler_without_workers_is_a_one_line_error(start_cluster: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(farm, "CONNECT_TIMEOUT_S", 1.0)
+    empty = start_cluster(workers=0)
+    with pytest.raises(InputError, match="has no workers"):
+        collect.collect(zoo_ops()[:2], [load_hw("pocl-cpu")], top_k=2, codegen=False, kernels_dir=None, jobs=1,
+                        scheduler=empty.address)
+
+
+def test_a_worker_with_other_roller_code_is_refused(start_cluster: Any, tmp_path: Path) -> None:
+    # A worker importing a copy of the package with one comment more: its kernels could differ unseen.
+    other = tmp_path / "other"
+    shutil.copytree(ROOT / "roller", other / "roller", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "roller" / "program.py", "a") as f:
+        f.write("# a line this client does not have\n")
+    odd = start_cluster(workers=1, code=other)
+    with pytest.raises(InputError, match="runs other Roller code than this client"):
+        collect.collect(zoo_ops()[:2], [load_hw("pocl-cpu")], top_k=2, codegen=False, kernels_dir=None, jobs=1,
+                        scheduler=odd.address)
