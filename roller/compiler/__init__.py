@@ -98,7 +98,7 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
     from roller.compiler.inputs import as_model, checked_shapes
     from roller.compiler.model import build_model, fuse_method, with_shapes
     from roller.compiler.target import Target
-    from roller.compiler.torch_backend import export_onnx, is_torch_module
+    from roller.compiler.torch_export import export_onnx, is_torch_module
     from roller.frontends.onnx import import_model
 
     check_top_k(top_k)

@@ -12,13 +12,13 @@ Inference only: Roller's results carry no autograd history.
 """
 from __future__ import annotations
 
-import io
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from roller.compiler.torch_export import export_onnx, import_torch
 from roller.errors import InputError, RollerError
 
 # The options ``torch.compile(..., options={...})`` passes on, and their meaning in ``roller.compile_model``.
@@ -27,47 +27,6 @@ OPTIONS = ("hw", "backend", "top_k", "fuse", "evaluate", "cache")
 
 class EagerFallbackWarning(UserWarning):
     """A graph handed to Roller runs in eager PyTorch instead; the message says why."""
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise InputError("PyTorch is not installed: pip install 'roller[torch]'") from None
-    return torch
-
-
-def is_torch_module(x: Any) -> bool:
-    """Whether ``x`` is a ``torch.nn.Module`` (without importing torch where the caller never did)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.nn.Module)
-
-
-def export_onnx(module: Any, example_inputs: Sequence[Any]) -> bytes:
-    """``module`` called on ``example_inputs`` as an ONNX model (bytes), by PyTorch's dynamo exporter; a
-    one-line InputError where it cannot be exported."""
-    torch = _torch()
-    for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
-            raise InputError(f"example input {i} is a {type(x).__name__}: Roller takes tensors only",
-                             field=f"example_inputs[{i}]")
-        if x.device.type != "cpu":
-            raise InputError(f"example input {i} is on {x.device}: Roller takes CPU tensors",
-                             field=f"example_inputs[{i}]")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(module, tuple(example_inputs), dynamo=True, verbose=False)
-    except Exception as err:  # noqa: BLE001 - the exporter raises many kinds; each means no ONNX form
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise InputError(f"torch.onnx.export failed: {first[:300]}") from None
-    buf = io.BytesIO()
-    import onnx
-
-    onnx.save_model(program.model_proto, buf)
-    return buf.getvalue()
 
 
 def _state_slots(gm: Any) -> list[int]:
@@ -86,7 +45,7 @@ def _state_slots(gm: Any) -> list[int]:
 def _bound(gm: Any, state: dict[int, Any], count: int) -> Any:
     """``gm`` with its module state fixed: an nn.Module whose inputs are the rest, and whose state ONNX export
     writes as initializers."""
-    module: Any = _torch().nn.Module
+    module: Any = import_torch().nn.Module
 
     class Bound(module):
         def __init__(self) -> None:
@@ -141,7 +100,7 @@ class TorchGraph:
         return self._stamps() != self._stamp
 
     def __call__(self, *args: Any) -> Any:
-        torch = _torch()
+        torch = import_torch()
         feeds = {}
         rest = [a for i, a in enumerate(args) if i not in self.state]
         for name, x in zip(self.names, rest):
@@ -167,7 +126,7 @@ def dynamo_backend(gm: Any, example_inputs: list[Any], options: Mapping[str, Any
     refuses it. ``options``: hw, backend, top_k, fuse, evaluate and cache, as ``roller.compile_model`` takes
     them (hw: the description; default this machine's)."""
     opts = _options(options)
-    torch = _torch()
+    torch = import_torch()
     why = _refused(example_inputs, torch)
     if why is not None:
         return _eager(gm, why)
@@ -187,7 +146,7 @@ class CompiledGraph:
         self.gm, self.graph, self.slots, self.options = gm, graph, slots, options
 
     def __call__(self, *args: Any) -> Any:
-        torch = _torch()
+        torch = import_torch()
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
                                            for i, a in enumerate(args) if i not in self.slots):
             return self.gm(*args)   # a gradient is wanted through an input: Roller's results carry none
