@@ -92,7 +92,7 @@ def compile_model(model: Any, hw: HwLike | Target | None = None, backend: str | 
     ``roller.compiler.dynamic_model.DynamicModel``: built once for every size where one kernel per operator
     serves them all (``generic``), else each set of sizes at its first run; ``ranges`` bounds each open size by
     name (default 1 to 4096). A ``torch.nn.Module`` is exported to ONNX first, called on ``example_inputs``
-    (a sequence of CPU tensors: ``roller.compiler.torch_backend``; its inputs and outputs are then numpy
+    (a sequence of CPU tensors: ``roller.compiler.torch_export``; its inputs and outputs are then numpy
     arrays, as a file's are)."""
     from roller.compiler.dynamic_model import dynamic_model, open_dims
     from roller.compiler.inputs import as_model, checked_shapes
