@@ -20,7 +20,7 @@ CONNECT_TIMEOUT_S = 10.0
 #: how long a run waits with work left and no worker at all before it gives up (a worker may be restarting)
 NO_WORKER_TIMEOUT_S = 30.0
 #: how long a finished task's result may take to arrive (it waits, not hangs, where its worker has died)
-RESULT_TIMEOUT_S = 5.0
+RESULT_TIMEOUT_S = 1.0
 
 
 def client_for(scheduler: str) -> Any:
@@ -82,7 +82,7 @@ def run_on_cluster(scheduler: str, fn: Callable[[T], R], tasks: Sequence[T],
         try:
             while pending:
                 progressed = False
-                for future in [f for f in pending if f.status != "pending"]:
+                for future in [f for f in pending if f.status in ("finished", "error", "cancelled")]:
                     try:
                         result = future.result(timeout=RESULT_TIMEOUT_S)
                     except TimeoutError:

@@ -198,11 +198,9 @@ def test_a_run_whose_workers_are_all_gone_ends_with_a_one_line_error(cluster: Cl
             if w.poll() is None:
                 w.send_signal(signal.SIGKILL)
 
-    t0 = time.monotonic()
     with pytest.raises(InputError, match=r"every worker of the Dask scheduler at tcp://.* is gone, with \d+ of"):
         collect.collect(ops, [load_hw("pocl-cpu")], top_k=2, codegen=False, kernels_dir=None, jobs=1,
                         on_step=on_step, scheduler=cluster.address)
-    assert time.monotonic() - t0 < 60
 
 
 def test_a_scheduler_without_workers_is_a_one_line_error(start_cluster: Any,
