@@ -1,6 +1,6 @@
 """Builds on a Dask cluster: ``roller compare --scheduler tcp://host:port`` (or ``ROLLER_SCHEDULER``).
 
-Each task (one op on one description) runs on a worker of the cluster, which needs this package installed (the
+Each task (up to eight ops on one description) runs on a worker of the cluster, which needs this package installed (the
 same version: a task is pickled with its code's names); its result (the report's entry, the rendered sources with
 it) comes back to the client, which writes the report as it does for a local build, so the two are equal byte
 for byte. Dask's scheduler hands the tasks of a worker that dies to the others. A worker without a description's

@@ -62,6 +62,15 @@ def _window_index(out_axis: str, win_axis: str, stride: int, dil: int, before: i
     return f"{text}-{before}" if before > 0 else text
 
 
+def _reshaped_weight(ctx: Context, node: onnx.NodeProto, w: Value, w_const: np.ndarray | None, shape: list[int],
+                     suffix: str) -> str:
+    """The weight ``w`` in ``shape``: a reshaped constant where it is one (so that it folds and is laid out as
+    a weight), else a view of the value."""
+    if w_const is None:
+        return ctx.view(node, w.name, ctx.fresh(w.name + suffix), shape)
+    return ctx.add_const(w_const.reshape(shape), w.name + suffix)
+
+
 def conv_kernels(ctx: Context, node: onnx.NodeProto, x: Value, w: Value, w_const: np.ndarray | None, y: str
                  ) -> list[int]:
     """The convolution of the node's attributes of ``x`` by ``w`` (``w_const``: its value where it is a
@@ -86,8 +95,7 @@ def conv_kernels(ctx: Context, node: onnx.NodeProto, x: Value, w: Value, w_const
         # A pointwise convolution: without its unit window axes the spatial axes are plain in X and Y, so
         # axis fusion sees a matmul over N*H*W. With them, X's index o+k kept H and W apart: MobileNetV2's
         # 160->960 channels at 7x7 ran 22-40 GFLOP/s on PoCL, the same product as a matmul 130.
-        wv = ctx.view(node, w.name, ctx.fresh(w.name + ":pw"), [f, c]) if w_const is None else \
-            ctx.add_const(w_const.reshape(f, c), w.name + ":pw")
+        wv = _reshaped_weight(ctx, node, w, w_const, [f, c], ":pw")
         x_pw = [f"{s}*{o}" if s != 1 else o for o, s in zip(o_ax, strides)]
         text = f"Y[n,f,{','.join(o_ax)}] += X[n,c,{','.join(x_pw)}] * W[f,c]"
         ctx.kernel(node, text, {"X": x.name, "W": wv}, y, [n, f, *out], kind="conv2d")
@@ -97,8 +105,7 @@ def conv_kernels(ctx: Context, node: onnx.NodeProto, x: Value, w: Value, w_const
         ctx.kernel(node, text, {"X": x.name, "W": w.name}, y, [n, f, *out], kind="conv2d")
     elif cg == 1 and fg == 1:
         # depthwise: one filter per channel
-        wv = ctx.view(node, w.name, ctx.fresh(w.name + ":dw"), [c, *kernel]) if w_const is None else \
-            ctx.add_const(w_const.reshape(c, *kernel), w.name + ":dw")
+        wv = _reshaped_weight(ctx, node, w, w_const, [c, *kernel], ":dw")
         text = f"Y[n,c,{','.join(o_ax)}] += X[n,c,{','.join(x_sp)}] * W[c,{','.join(k_ax)}]"
         ctx.kernel(node, text, {"X": x.name, "W": wv}, y, [n, c, *out], kind="depthwise_conv2d")
     else:
