@@ -79,6 +79,7 @@ def run_on_cluster(scheduler: str, fn: Callable[[T], R], tasks: Sequence[T],
         futures = client.map(fn, list(tasks), pure=False)
         pending = {f: i for i, f in enumerate(futures)}
         alone_since: float | None = None
+        asked = 0.0
         try:
             while pending:
                 progressed = False
@@ -94,7 +95,10 @@ def run_on_cluster(scheduler: str, fn: Callable[[T], R], tasks: Sequence[T],
                     alone_since = None
                     continue
                 time.sleep(0.05)
-                if client.run_on_scheduler(_worker_count):   # asked each time: the client's copy lags
+                if time.monotonic() - asked < 1.0:
+                    continue
+                asked = time.monotonic()   # the scheduler is asked (the client's copy lags), once a second
+                if client.run_on_scheduler(_worker_count):
                     alone_since = None
                     continue
                 alone_since = alone_since or time.monotonic()
