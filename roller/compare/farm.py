@@ -29,7 +29,7 @@ def client_for(scheduler: str) -> Any:
     try:
         from distributed import Client
     except ImportError:
-        raise InputError("--scheduler needs dask.distributed: pip install 'roller[farm]'",
+        raise InputError("dask.distributed is not installed: pip install 'roller[farm]'",
                          field="--scheduler") from None
     if "://" not in scheduler or any(c.isspace() for c in scheduler):
         raise InputError(f"expected a scheduler address such as tcp://host:8786, got {scheduler!r}",
