@@ -3,8 +3,8 @@ all measured in one run.
 
 For every op of a suite (default: the paper's 119 ops, plus float16 copies of its matmul and convolution ops
 with --fp16): construct the top-K rPrograms for the description of this GPU, compile and time each (CUDA
-events, median of --repeat launches), keep the fastest, check its output against ``roller.reference``, and
-time the reference implementation of the same op:
+events around samples of back-to-back launches, median of --repeat samples), keep the fastest, check its output
+against ``roller.reference``, and time the reference implementation of the same op the same way:
 
 * matmul / batch matmul: cuBLAS through ``cupy.matmul`` (float16 inputs: cuBLAS tensor cores);
 * conv2d / depthwise conv2d: cuDNN through ``torch.nn.functional.conv2d`` (benchmark mode) when torch with
@@ -41,7 +41,12 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
 from roller.atomic import write_atomic
 
-SUITES = {"roller119": ROOT / "bench/suites/roller119.json", "scaled": ROOT / "bench/suites/scaled.json"}
+SUITES = {"roller119": ROOT / "bench/suites/roller119.json", "scaled": ROOT / "bench/suites/scaled.json",
+          "large": ROOT / "bench/suites/large.json", "sanitize": ROOT / "bench/suites/sanitize.json"}
+#: --ops quick: the paper suite's ops a short GPU run times (every GEMM in both dtypes, convolutions of each
+#: shape class, depthwise, and memory-bound ops of every kind), about two minutes at top-4
+QUICK_OPS = ("M0,M1,M2,M3,M4,M5,M6,M0_f16,M1_f16,M2_f16,M3_f16,M4_f16,M5_f16,M6_f16,C0,C1,C3,C10,C20,C0_f16,"
+             "C1_f16,C3_f16,C10_f16,C20_f16,D0,D8,E0,E1,E4,E9,E12,E14,E19,E23,P0,P3,P7,R0,R1,R2,R3")
 #: GPU name substring -> bundled description
 DESCRIPTIONS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("V100", "v100"))
 GEMM_KINDS = ("matmul", "batch_matmul")
@@ -81,7 +86,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="bench/gpu.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", choices=sorted(SUITES), default="roller119")
     ap.add_argument("--hw", default=None, help="description (default: from the GPU's name: h200/h100/a100/v100)")
-    ap.add_argument("--ops", default=None, help="comma-separated op names (default: all)")
+    ap.add_argument("--ops", default=None, help="comma-separated op names, or 'quick' (QUICK_OPS; default: all)")
     ap.add_argument("--fp16", action="store_true", help="add float16 copies of matmul/batch matmul/conv ops")
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=20)
@@ -165,7 +170,7 @@ def select_ops(suite: str, names: str | None, fp16: bool, max_gib: float, max_gf
         ops += [dict(copy.deepcopy(o), dtype="float16", name=f"{o['name']}_f16") for o in ops
                 if o.get("op") in GEMM_KINDS + ("conv2d",)]
     if names:
-        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        wanted = [n.strip() for n in (QUICK_OPS if names == "quick" else names).split(",") if n.strip()]
         known = {o["name"] for o in ops}
         missing = [n for n in wanted if n not in known]
         if missing:
@@ -217,7 +222,8 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     def f(x: float | None, fmt: str = "{:.3g}") -> str:
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
-    intro = (f"Suite {meta['suite']}, best of top-{meta['top_k']} (median of {meta['repeat']} launches each); "
+    intro = (f"Suite {meta['suite']}, best of top-{meta['top_k']} (median of {meta['repeat']} samples of "
+             "back-to-back launches each); "
              f"copy bandwidth {f(meta.get('copy_gbps'), '{:.0f}')} GB/s; cuDNN baseline: "
              f"{meta.get('cudnn', 'none')}. Ratio = baseline time / roller time (memory-bound ops: fraction of "
              "copy bandwidth).")

@@ -147,8 +147,9 @@ def precompile(skel: Path, hw_name: str, jobs: int) -> None:
 
 # -- on the GPU -------------------------------------------------------------------------------------------------
 
-def sample(hw_name: str, backend: str) -> int:
-    """The SAMPLE ops' top-3, each launched once and checked: what compute-sanitizer runs."""
+def sample(hw_name: str, backend: str, suite: str | None = None) -> int:
+    """The SAMPLE ops' top-3 (or every op of ``suite``'s top-3), each launched once and checked: what
+    compute-sanitizer runs."""
     from roller.backends import get
     from roller.compiler.check import check_against
     from roller.errors import CheckError
@@ -156,9 +157,10 @@ def sample(hw_name: str, backend: str) -> int:
 
     gpu = _bench_gpu()
     hw, be = roller.hw.load(hw_name), get(backend)
-    ops = {o["name"]: o for o, _ in gpu.select_ops("scaled", None, True, 8.0, 200.0)}
+    ops = {o["name"]: o for o, _ in gpu.select_ops(suite or "scaled", None, suite is None, 8.0, 200.0)}
+    names = SAMPLE if suite is None else tuple(ops)
     bad = 0
-    for name in SAMPLE:
+    for name in names:
         expr, progs = gpu.candidates(ops[name], hw, be, 3)
         x = random_inputs(expr, seed=0)
         for prog in progs:
@@ -341,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("what", choices=("skeletons", "precompile", "sample", "dynamic", "models", "ranking"))
     ap.add_argument("--hw", default="h200")
     ap.add_argument("--backend", default="cuda", help="sample: the backend (the others take the description's)")
+    ap.add_argument("--suite", default=None, help="sample: every op of this bench/gpu.py suite (default: SAMPLE)")
     ap.add_argument("--out", type=Path, help="skeletons: the folder to write")
     ap.add_argument("--skeletons", type=Path, help="precompile, models: the skeletons' folder")
     ap.add_argument("--jobs", type=int, default=2)
@@ -359,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         precompile(args.skeletons, args.hw, args.jobs)
         return 0
     if args.what == "sample":
-        return sample(args.hw, args.backend)
+        return sample(args.hw, args.backend, args.suite)
     if args.what == "ranking":
         if args.results is None:
             ap.error("ranking needs --results")

@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Here, without a GPU: everything bench/gpu_session.sh will run on a lent GPU, compiled ahead (15-25 minutes on
-# two cores; a later run recompiles only what changed) and packed into .gpucarry/gpucache.tar.xz, the one
-# folder to name in the device tool's `carry`. Needs nvcc and the zoo models (python -m bench.zoo, with torch).
+# Here, without a GPU: everything bench/gpu_session.sh will run on a lent GPU, compiled ahead and packed into
+# .gpucarry/gpucache.tar.xz, the one folder to name in the device tool's `carry`, with the nvcc version it was
+# compiled by (.gpucarry/toolchain.txt: the session refuses to time with another, which would recompile for
+# minutes). QUICK=1 (the default) compiles what the default session steps run (the quick, large, ablation and
+# sanitizer sets at top-4: a few hundred cubins, minutes on two cores); QUICK=0 the whole paper suite at top-10
+# and the zoo models (15-25 minutes; needs the zoo models: python -m bench.zoo, with torch). A later run
+# recompiles only what changed. ABLATE lists the descriptions of the ablation (default: those in bench/hw/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 export ROLLER_CACHE_DIR=$PWD/.gpucache/roller
 hw=${HW:-h200}
-$py bench/gpu.py --precompile --hw "$hw" --suite scaled --fp16
-$py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --max-gflop 20
-$py bench/gpu_checks.py skeletons --out .gpucache/skel
-$py bench/gpu_checks.py precompile --hw "$hw" --skeletons .gpucache/skel
+if [ "${QUICK:-1}" = 1 ]; then
+    $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20
+    $py bench/gpu.py --precompile --hw "$hw" --suite large --top-k 3 --max-gflop 1200
+    for desc in ${ABLATE:-bench/hw/*.yaml}; do
+        [ -f "$desc" ] || continue
+        $py bench/gpu.py --precompile --hw "$desc" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20
+        $py bench/gpu.py --precompile --hw "$desc" --suite large --top-k 3 --max-gflop 1200
+    done
+    $py bench/gpu.py --precompile --hw "$hw" --suite scaled --fp16 --top-k 3
+else
+    $py bench/gpu.py --precompile --hw "$hw" --suite scaled --fp16
+    $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --max-gflop 20
+    $py bench/gpu_checks.py skeletons --out .gpucache/skel
+    $py bench/gpu_checks.py precompile --hw "$hw" --skeletons .gpucache/skel
+fi
 mkdir -p .gpucarry
+nvcc --version | tail -2 >.gpucarry/toolchain.txt
 tar cJf .gpucarry/gpucache.tar.xz.part .gpucache && mv .gpucarry/gpucache.tar.xz.part .gpucarry/gpucache.tar.xz
 echo "bench/gpu_prepare.sh: $(du -h .gpucarry/gpucache.tar.xz | cut -f1) in .gpucarry (add .gpucache/ and .gpucarry/ to .git/info/exclude)"

@@ -131,3 +131,38 @@ def test_precompile_refuses_the_options_of_a_gpu_run() -> None:
     with pytest.raises(SystemExit):
         gpu.parse_args(["--precompile", "--json", "out.json"])
     assert gpu.parse_args(["--precompile", "--jobs", "3"]).jobs == 3
+
+
+def test_quick_selection_covers_every_category_of_the_paper_suite() -> None:
+    ops = [o for o, _ in gpu.select_ops("roller119", "quick", True, 8.0, 20.0)]
+    assert len(ops) == len(gpu.QUICK_OPS.split(",")) == 41
+    cats = {gpu.category(o.get("op", "generic"), o["dtype"]) for o in ops}
+    assert cats == {"gemm_float32", "gemm_float16", "conv", "memory"}
+    assert {"M3_f16", "C0_f16", "E0", "R0"} <= {o["name"] for o in ops}
+
+
+def test_large_and_sanitize_suites_construct_on_h200() -> None:
+    import roller.hw as H
+    from roller.backends import get
+
+    hw, be = H.load("h200"), get("cuda")
+    for suite in ("large", "sanitize"):
+        for op, note in gpu.select_ops(suite, None, False, 8.0, 1200.0):
+            assert note == "", (suite, op["name"])     # timed at the size written
+            assert gpu.candidates(op, hw, be, 1)[1], (suite, op["name"])
+
+
+def test_summary_reads_a_session_folder(tmp_path: Path) -> None:
+    """bench/gpu_summary.py over the rows of the 2026-11-26 H200 run, and an ablation whose ops ran slower."""
+    spec = importlib.util.spec_from_file_location("bench_gpu_summary", ROOT / "bench/gpu_summary.py")
+    summary = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(summary)  # type: ignore[union-attr]
+    paper = json.loads((ROOT / "bench/results/gpu-h200-recheck-2026-11-26.json").read_text())["paper_suite"]
+    (tmp_path / "gpu-quick.json").write_text(json.dumps(paper))
+    off = [dict(r, roller_ms=r["roller_ms"] * 2, line="off") for r in paper["rows"] if r["name"] in ("M3", "E0")]
+    (tmp_path / "ablate-h200-x.json").write_text(json.dumps({"rows": off}))
+    lines = summary.categories(paper["rows"])
+    assert any(line.startswith("gemm_float16 without M0") for line in lines)
+    assert summary.ablation(paper["rows"], off)[-1] == "  2 ops differ, geomean x2.000"
+    assert summary.main([str(tmp_path)]) == 0
+    assert summary.main([str(tmp_path / "missing")]) == 2

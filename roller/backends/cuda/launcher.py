@@ -11,6 +11,7 @@ Only constructed after ``toolchain.gpu_present()`` said yes: nothing here runs o
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -124,25 +125,41 @@ class CudaRunner(Runner):
         return self.time_device(self.upload(inputs), self.alloc_output(), repeat, warmup)
 
     def time_device(self, dev_inputs: list[Any], dev_out: Any, repeat: int = 10, warmup: int = 2) -> float:
-        """Median seconds of one launch, from CUDA events around each launch."""
+        """Median seconds of one launch, from CUDA events around samples of launches back to back
+        (``time_events``)."""
         return time_events(lambda: self.launch([*dev_inputs, dev_out]), repeat, warmup)
 
 
-def time_events(fn: Any, repeat: int = 10, warmup: int = 2) -> float:
-    """Median seconds of ``fn()`` on the current stream, measured with CUDA events."""
+def time_events(fn: Any, repeat: int = 10, warmup: int = 2, min_sample_s: float = 2e-3) -> float:
+    """Median seconds of one ``fn()`` on the current stream: after ``warmup`` calls, ``repeat`` samples of N
+    calls back to back between one pair of CUDA events, N chosen so that a sample lasts ``min_sample_s``.
+
+    Events around each single call would time the host's launch of it too (CuPy's RawKernel call for Roller,
+    ``cupy.matmul``'s larger dispatch for cuBLAS), a double-digit share of ops under 100 us, and unequal
+    between the sides; back to back, each launch is queued while the previous one runs, as in a model."""
     cp = _cupy()
-    for _ in range(warmup):
+    for _ in range(max(1, warmup)):
         fn()
     cp.cuda.Device().synchronize()
+    calls = 1
     times = []
-    for _ in range(repeat):
+    for i in range(repeat + 1):
         start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+        secs = cp.cuda.get_elapsed_time(start, end) * 1e-3 / calls
+        if i == 0:  # the probe sizes the samples and is not one of them
+            calls = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / max(secs, 1e-7))))
+            continue
+        times.append(secs)
     return statistics.median(times)
+
+
+#: launches per timed sample at most (a 1 us kernel then samples 10 ms)
+MAX_CALLS_PER_SAMPLE = 10_000
 
 
 class CupyDevice(Device):

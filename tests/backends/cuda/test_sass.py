@@ -1,0 +1,44 @@
+"""The SASS of rendered kernels, read with cuobjdump: what a kernel's form promises is in the instructions
+the GPU will run (gpu-mainloops study, section 2.1), so that a kernel that silently lost its 16-byte staging
+or its tensor-core MMAs, or spills, fails here before any GPU time is spent."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import roller.hw as H
+from roller.backends import get
+from roller.backends.cuda import sass
+from roller.backends.cuda.toolchain import compile_unit, nvcc_path
+from roller.construction import construct
+from roller.ir import load_ops
+
+pytestmark = [pytest.mark.nvcc,
+              pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed"),
+              pytest.mark.skipif(not sass.available(), reason="cuobjdump/nvdisasm are not installed")]
+CUDA = get("cuda")
+
+
+def top1_sass(op: dict, hw_name: str, tmp_path: Path) -> list[str]:
+    hw = H.load(hw_name)
+    prog = construct(load_ops(op)[0], hw, top_k=1, matrix=CUDA.matrix_support)[0]
+    art = CUDA.render(prog, hw)
+    res = compile_unit(art.source, hw.target, tmp_path, art.kernel_name, keep_cubin=True)
+    assert res.cubin is not None
+    return sass.instructions(res.cubin, art.kernel_name)
+
+
+def test_float16_matmul_stages_16_byte_rows_and_runs_tensor_cores(tmp_path: Path) -> None:
+    ops = top1_sass({"name": "mm", "op": "matmul", "M": 1024, "N": 1024, "K": 1024, "dtype": "float16"},
+                    "h200", tmp_path)
+    assert sass.count(ops, "LDG.E.128") > 0 and sass.count(ops, "STS.128") > 0
+    assert sass.count(ops, "HMMA.16816.F32") > 0 and sass.count(ops, "LDSM") > 0
+    assert sass.count(ops, "LDL") == sass.count(ops, "STL") == 0
+
+
+def test_count_takes_modifiers_after_the_prefix_only() -> None:
+    ops = ["LDG.E.128.CONSTANT", "LDG.E", "BAR.SYNC.DEFER_BLOCKING", "LDGSTS.E.BYPASS.128"]
+    assert sass.count(ops, "LDG.E.128") == 1
+    assert sass.count(ops, "LDG") == 2          # LDGSTS is another instruction, not a modifier of LDG
+    assert sass.count(ops, "BAR.SYNC") == 1 and sass.count(ops, "LDGSTS") == 1
