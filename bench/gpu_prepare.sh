@@ -19,7 +19,7 @@ if [ "${QUICK:-1}" = 1 ]; then
         $py bench/gpu.py --precompile --hw "$desc" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20
         $py bench/gpu.py --precompile --hw "$desc" --suite large --top-k 3 --max-gflop 1200
     done
-    $py bench/gpu.py --precompile --hw "$hw" --suite scaled --fp16 --top-k 3
+    $py bench/gpu.py --precompile --hw "$hw" --suite sanitize --top-k 3
 else
     $py bench/gpu.py --precompile --hw "$hw" --suite scaled --fp16
     $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --max-gflop 20
