@@ -98,6 +98,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--precompile", action="store_true",
                     help="no GPU: compile every candidate for --hw's target (default h200) into the roller cache, "
                          "so that a run on the GPU (with that cache) loads them without compiling")
+    ap.add_argument("--differing-ops", default=None, metavar="HW",
+                    help="no GPU: print the selected ops (comma-separated) whose top-k kernels for --hw differ "
+                         "from those for HW: the ops an ablation of one description knob has to time")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at a time")
     ap.add_argument("--resume", type=Path, default=None,
                     help="an earlier --json of the same selection: its ops are kept, not run again (a run its "
@@ -109,6 +112,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error("--top-k, --repeat, --jobs, --max-gib and --max-gflop must be positive")
     if args.deadline is not None and args.deadline <= 0:
         ap.error("--deadline must be positive")
+    if args.differing_ops and args.precompile:
+        ap.error("--differing-ops and --precompile are two runs")
     if args.precompile and (args.resume or args.deadline is not None or args.md or args.json):
         ap.error("--precompile only compiles: --resume, --deadline, --md and --json are for a run on the GPU")
     return args
@@ -436,6 +441,22 @@ def precompile(args: argparse.Namespace) -> int:
     return 4 if failed else 0
 
 
+def differing_ops(args: argparse.Namespace) -> list[str]:
+    """--differing-ops: the names of the selected ops whose top-k rendered kernels for --hw are not those for
+    the other description."""
+    import roller.hw as H
+    from roller.backends import get
+
+    be = get("cuda")
+    descs = [H.load(args.hw or "h200"), H.load(args.differing_ops)]
+    out = []
+    for op, _ in select_ops(args.suite, args.ops, args.fp16, args.max_gib, args.max_gflop):
+        sources = [[be.render(p, hw).source for p in candidates(op, hw, be, args.top_k)[1]] for hw in descs]
+        if sources[0] != sources[1]:
+            out.append(op["name"])
+    return out
+
+
 def resumed(path: Path, names: set[str]) -> tuple[list[Row], dict[str, Any]]:
     """The rows of an earlier --json run of the ops ``names`` (others dropped) and its meta."""
     try:
@@ -460,6 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.precompile:
         return precompile(args)
+    if args.differing_ops:
+        print(",".join(differing_ops(args)))
+        return 0
     import roller.hw as H
     from roller.backends import get
     from roller.backends.cuda.launcher import device_name

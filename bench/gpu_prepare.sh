@@ -14,12 +14,20 @@ hw=${HW:-h200}
 if [ "${QUICK:-1}" = 1 ]; then
     $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20
     $py bench/gpu.py --precompile --hw "$hw" --suite large --top-k 3 --max-gflop 1200
+    mkdir -p .gpucarry
     for desc in ${ABLATE:-bench/hw/*.yaml}; do
         [ -f "$desc" ] || continue
-        $py bench/gpu.py --precompile --hw "$desc" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20
+        # the session times only the ops whose kernels the variant changes
+        ops=$($py bench/gpu.py --hw "$desc" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20 \
+            --differing-ops "$hw")
+        echo "$ops" >".gpucarry/ablate-$(basename "$desc" .yaml).ops"
+        [ -z "$ops" ] || $py bench/gpu.py --precompile --hw "$desc" --suite roller119 --fp16 --ops "$ops" --top-k 4 \
+            --max-gflop 20
         $py bench/gpu.py --precompile --hw "$desc" --suite large --top-k 3 --max-gflop 1200
     done
     $py bench/gpu.py --precompile --hw "$hw" --suite sanitize --top-k 3
+    $py bench/gpu_checks.py skeletons --out .gpucache/skel
+    $py bench/gpu_checks.py precompile --hw "$hw" --skeletons .gpucache/skel
 else
     $py bench/gpu.py --precompile --hw "$hw" --suite scaled --fp16
     $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --max-gflop 20

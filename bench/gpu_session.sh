@@ -7,9 +7,9 @@
 #
 # On the GPU machine, from the checkout with .gpucarry (or .gpucache) in it: bash bench/gpu_session.sh OUT_DIR
 # (HW=h100 where the kernels were prepared for h100; default h200).
-# STEPS picks steps. Default: ceilings quick large ablate sanitizer (what QUICK=1 prepares; at most eight
-# files in OUT_DIR: env.txt, log.txt, sanitizer.txt and the JSON of each step). Also selectable (QUICK=0
-# prepares them): scaled paper models fidelity dynamic. A .gpucarry/gpu-roller119.json from an earlier
+# STEPS picks steps. Default: ceilings quick ablate large sanitizer models (what QUICK=1 prepares; OUT_DIR
+# gets env.txt, log.txt, sanitizer.txt and the JSON of each step). Also selectable (QUICK=0 prepares them):
+# scaled paper fidelity dynamic. A .gpucarry/gpu-roller119.json from an earlier
 # session's paper step is resumed (its ops are kept, the others run); PAPER_OPS=M1,M2 runs those ops alone.
 set -u
 out=${1:?usage: bench/gpu_session.sh OUT_DIR}
@@ -19,7 +19,7 @@ export ROLLER_CACHE_DIR=$PWD/.gpucache/roller PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 py=${PYTHON:-python3}
 hw=${HW:-h200}
 log=$out/log.txt
-steps=${STEPS:-ceilings quick large ablate sanitizer}
+steps=${STEPS:-ceilings quick ablate large sanitizer models}
 deadline=${DEADLINE_S:-450}
 step() {  # step SECONDS NAME COMMAND...: one check, its time and exit status in the log
     local limit=$1 name=$2; shift 2
@@ -49,14 +49,16 @@ fi
 quick=(--suite roller119 --fp16 --top-k 4 --max-gflop 20)
 large=(--suite large --top-k 3 --max-gflop 1200)
 step 40 "ceilings" $py bench/gpu_ceilings.py --json "$out/ceilings.json"
-step 150 "quick" $py bench/gpu.py --hw "$hw" "${quick[@]}" --ops quick --deadline 130 --json "$out/gpu-quick.json"
-step 75 "large" $py bench/gpu.py --hw "$hw" "${large[@]}" --json "$out/gpu-large.json"
+step 125 "quick" $py bench/gpu.py --hw "$hw" "${quick[@]}" --ops quick --deadline 105 --json "$out/gpu-quick.json"
 for desc in ${ABLATE:-bench/hw/*.yaml}; do  # each a description variant with one feature off: the A/B
     [ -f "$desc" ] || continue
     name=$(basename "$desc" .yaml)
-    step 60 "ablate $name" $py bench/gpu.py --hw "$desc" "${quick[@]}" --ops "${ABLATE_OPS:-quick}" \
-        --deadline 45 --json "$out/ablate-$name.json"
+    ops=$(cat ".gpucarry/ablate-$name.ops" 2>/dev/null || echo quick)  # those it changes (gpu_prepare.sh)
+    [ -n "$ops" ] || { echo "== ablate $name: no op differs" >>"$log"; continue; }
+    step 55 "ablate $name" $py bench/gpu.py --hw "$desc" "${quick[@]}" --ops "$ops" --deadline 40 \
+        --json "$out/ablate-$name.json"
 done
+step 60 "large" $py bench/gpu.py --hw "$hw" "${large[@]}" --json "$out/gpu-large.json"
 sanitize() {  # sanitize TOOL: the sample under compute-sanitizer, its report appended to sanitizer.txt
     compute-sanitizer --tool "$1" --log-file "$out/$1.tmp" $py bench/gpu_checks.py sample --hw "$hw" \
         --suite "${SAMPLE_SUITE:-sanitize}"
@@ -64,15 +66,15 @@ sanitize() {  # sanitize TOOL: the sample under compute-sanitizer, its report ap
     cat "$out/$1.tmp" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/$1.tmp"
     return $rc
 }
-step 40 "sanitizer memcheck" sanitize memcheck
-step 45 "sanitizer racecheck" sanitize racecheck
-step 30 "sanitizer synccheck" sanitize synccheck
+step 35 "sanitizer memcheck" sanitize memcheck
+step 40 "sanitizer racecheck" sanitize racecheck
+step 25 "sanitizer synccheck" sanitize synccheck
+step 55 "models" $py bench/gpu_checks.py models --hw "$hw" --skeletons .gpucache/skel --json "$out/models.json"
 step 45 "scaled" $py bench/gpu.py --hw "$hw" --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
 resume=(); [ -f .gpucarry/gpu-roller119.json ] && resume=(--resume .gpucarry/gpu-roller119.json)
 [ -n "${PAPER_OPS:-}" ] && resume+=(--ops "$PAPER_OPS")
 step "${PAPER_S:-170}" "paper" $py bench/gpu.py --hw "$hw" --suite roller119 --fp16 --max-gflop 20 \
     --deadline $(( ${PAPER_S:-170} - 30 )) "${resume[@]}" --json "$out/gpu-roller119.json"
-step 60 "models" $py bench/gpu_checks.py models --hw "$hw" --skeletons .gpucache/skel --json "$out/models.json"
 step 60 "fidelity" $py bench/fidelity.py --hw "$hw" --backend cuda --json "$out/fidelity.json"
 step 50 "dynamic" $py bench/gpu_checks.py dynamic --hw "$hw" --json "$out/dynamic.json"
 $py bench/gpu_summary.py "$out" | tee -a "$log"

@@ -166,3 +166,12 @@ def test_summary_reads_a_session_folder(tmp_path: Path) -> None:
     assert summary.ablation(paper["rows"], off)[-1] == "  2 ops differ, geomean x2.000"
     assert summary.main([str(tmp_path)]) == 0
     assert summary.main([str(tmp_path / "missing")]) == 2
+
+
+def test_differing_ops_lists_the_ops_a_description_changes() -> None:
+    args = gpu.parse_args(["--ops", "M1,E0", "--top-k", "2", "--differing-ops", "h200"])
+    assert gpu.differing_ops(args) == []            # h200 against itself
+    args = gpu.parse_args(["--hw", "a100", "--ops", "M1,E0", "--top-k", "2", "--differing-ops", "h200"])
+    assert sorted(gpu.differing_ops(args)) == ["E0", "M1"]
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["--precompile", "--differing-ops", "h200"])
