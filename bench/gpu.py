@@ -511,7 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     meta = {"device": gpu, "hw": hw.name, "date": datetime.date.today().isoformat(), "suite": args.suite,
             "top_k": args.top_k, "repeat": args.repeat, "copy_gbps": copy_gbps, "cudnn": cudnn,
-            "ops_selected": len(ops)}
+            "ops_selected": len(ops), "selection": args.ops or "all",
+            "timing": "medians of samples of back-to-back launches (time_events)"}
     selected = len(ops)
     if args.resume:
         rows, earlier = resumed(args.resume, {o["name"] for o, _ in ops})

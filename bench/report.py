@@ -317,9 +317,14 @@ def _gpu(r: Result) -> list[str]:
                      _f(paper["summary"].get(cat, {}).get("target"), "{}")])
     cats = "; ".join(f"{c} {_f(s['geomean'])} {s['what']} ({s['ops']} ops, {'' if s['met'] else 'not '}met)"
                      for c, s in paper["summary"].items())
-    out = ["", f"Paper suite ({paper['meta']['suite']}, {len(paper['rows'])} ops):", "",
+    picked = paper["meta"].get("selection", "all")
+    timing = paper["meta"].get("timing", "CUDA events around each launch")
+    title = (f"Paper suite ({paper['meta']['suite']}{'' if picked == 'all' else ', --ops ' + picked}, "
+             f"{len(paper['rows'])} ops; {timing}):")
+    out = ["", title, "",
            *_table(["kind", "dtype", "against", "ops", "correct", "best of top-10", "top-1", "min", "max",
                     "target"], rows), "", f"By category: {cats}."]
+    out += _gpu_extras(doc, paper["rows"])
     if "scaled_suite" in doc:
         scaled = _latest(doc["scaled_suite"], "rows")["rows"]
         out[-1] += f" Scaled suite: {sum(bool(x['ok']) for x in scaled)} of {len(scaled)} ops correct."
@@ -339,6 +344,34 @@ def _gpu(r: Result) -> list[str]:
         out += ["", (f"Kernel sets over an open size ({', '.join(recs)}; the model's and timed sets): "
                      f"{sum(bool(v['ok']) for v in sizes)} of {len(sizes)} sizes correct, {late} kernels "
                      "compiled after the build.")]
+    return out
+
+
+def _gpu_extras(doc: dict[str, Any], main: list[dict[str, Any]]) -> list[str]:
+    """A quick session's ceilings, large GEMMs and ablations (each a description variant with one feature off,
+    timed on the ops it changes: Roller's time off / on, above 1 the feature helped)."""
+    out = []
+    if "ceilings" in doc:
+        c = doc["ceilings"]
+        copies = ", ".join(f"{k} {v:.0f}" for k, v in c.get("copy_gbps", {}).items())
+        lat = ", ".join(f"{k} {v:.0f} ns" for k, v in c.get("latency_ns", {}).items())
+        blas = ", ".join(f"{k} {_f(v, '{:.1f}')}" for k, v in c.get("cublas_tflops", {}).items())
+        out += ["", f"Ceilings: copy GB/s {copies}; dependent-load latency {lat}; cuBLAS TFLOP/s {blas}."]
+    if "large" in doc:
+        rows = [[x["name"], _f(x["roller_ms"]), x.get("rate") or "-", _f(x["baseline_ms"]), _f(x["ratio"]),
+                 "yes" if x["ok"] else "NO", f"`{x['line']}`"] for x in doc["large"]["rows"]]
+        out += ["", *_table(["large op", "Roller ms", "Roller rate", "cuBLAS ms", "ratio", "correct",
+                             "kernel"], rows)]
+    on = {x["name"]: x for x in main}
+    for name, variant in doc.get("ablations", {}).items():
+        rows, gains = [], []
+        for x in variant["rows"]:
+            m = on.get(x["name"])
+            if m and m.get("roller_ms") and x.get("roller_ms"):
+                gains.append(x["roller_ms"] / m["roller_ms"])
+                rows.append([x["name"], _f(x["roller_ms"]), _f(m["roller_ms"]), _f(gains[-1], "{:.2f}x")])
+        out += ["", f"Ablation `{name}` ({variant.get('what', '')}): geomean {_f(_geomean(gains), '{:.2f}x')}.",
+                "", *_table(["op", "feature off ms", "on ms", "off / on"], rows)]
     return out
 
 
