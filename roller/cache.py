@@ -23,6 +23,11 @@ checksum; one that fails the checksum is ignored and overwritten. A result may k
 (``<key>.bin``, its sha256 in the document: the binary a runner loads), which ``load_blob`` returns only when
 it matches. ``clear`` removes the results with the entries.
 
+A kernel database (``roller build --db FILE``, written by ``roller.kernel_db``; ``ROLLER_KERNEL_DB=FILE`` to
+read it) is a tier below: an entry or result the cache lacks is looked up there, checked as a local one is, and
+copied into the cache. ``ROLLER_CACHE_JOURNAL=FILE`` names every entry and result a process used or stored in
+that file, one line each, appended (so compiler processes add theirs): what a build needed, for the database.
+
 Descriptions measured on this machine (a backend's ``local_names``, e.g. ``--hw host``) are YAML files in
 ``<dir>/hw/``, readable and loadable as they are: ``write_checked`` puts a checksum of the rest of the file on
 its first line (a YAML comment), and ``read_checked`` refuses a file whose checksum does not match.
@@ -33,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import stat
 import tempfile
 import time
@@ -284,12 +290,16 @@ def lookup(key: str) -> Entry | None:
         last_event = "disabled"
         return None
     folder = _entries_dir() / key
-    if not os.path.lexists(folder):
-        last_event = "miss"
-        return None
     if os.path.islink(_entries_dir()):   # entries that are not the cache's own folder: never read through
         last_event = "damaged: the entries folder is a link"
         return None
+    if not os.path.lexists(folder) and _adopt_from_db(key, folder):
+        last_event = "hit (kernel database)"
+    elif not os.path.lexists(folder):
+        last_event = "miss"
+        return None
+    else:
+        last_event = "hit"
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             raise Damaged("not a folder (a link or a file)")
@@ -298,7 +308,7 @@ def lookup(key: str) -> Entry | None:
         last_event = f"damaged: {err}"
         remove(folder)
         return None
-    last_event = "hit"
+    _journal("entry", key)
     return entry
 
 
@@ -338,6 +348,7 @@ def store(key: str, entry: Entry) -> Path | None:
         except OSError:  # another process stored the same entry meanwhile: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
         entry.path = final
+        _journal("entry", key)
         return final
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -419,8 +430,18 @@ def load_result(kind: str, key: str) -> Any | None:
     """The document stored under (``kind``, ``key``), or None: absent, disabled, unreadable or damaged."""
     if not enabled():
         return None
+    path = _result_path(kind, key)
+    body = _checked_result(path)
+    if body is None and _adopt_result_from_db(kind, key, path):
+        body = _checked_result(path)
+    if body is not None:
+        _journal("result", kind, key)
+    return body
+
+
+def _checked_result(path: Path) -> Any | None:
     try:
-        doc = json.loads(_read_regular(_result_path(kind, key)))
+        doc = json.loads(_read_regular(path))
     except (Damaged, ValueError, UnicodeDecodeError):
         return None
     if not isinstance(doc, dict) or "body" not in doc or doc.get("format") != FORMAT:
@@ -442,7 +463,8 @@ def store_result(kind: str, key: str, body: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(doc).encode())
     except OSError:
-        pass
+        return
+    _journal("result", kind, key)
 
 
 def store_blob(kind: str, key: str, data: bytes) -> str:
@@ -469,6 +491,145 @@ def load_blob(kind: str, key: str, digest: str) -> bytes | None:
     except Damaged:
         return None
     return data if _sha(data) == digest else None
+
+
+# -- the journal and the kernel database tier -----------------------------------------------------------------
+
+#: the kernel database's layout (``roller.kernel_db`` writes it): ``kernels.files`` is a JSON object of an
+#: entry folder's files (name -> text, ``entry.json`` with its checksums among them), ``results.doc`` a compile
+#: result's stored JSON and ``results.blob`` the binary beside it
+DB_FORMAT = "roller-kernel-db 1"
+DB_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS kernels(key TEXT PRIMARY KEY, op_name TEXT NOT NULL, op_hash TEXT NOT NULL,
+    description TEXT NOT NULL, hw_hash TEXT NOT NULL, backend TEXT NOT NULL, toolchain TEXT NOT NULL,
+    line TEXT NOT NULL, predicted_ms REAL, measured_ms REAL, files TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results(kind TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, blob BLOB,
+    PRIMARY KEY(kind, key));
+"""
+
+
+def _journal(*words: str) -> None:
+    """One line naming what was used or stored, appended to ``ROLLER_CACHE_JOURNAL``'s file (a line of a few
+    hundred bytes is one write: lines of concurrent processes do not interleave)."""
+    path = settings.cache.journal
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (" ".join(words) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def open_db(path: Path, write: bool = False, field: str = "ROLLER_KERNEL_DB") -> sqlite3.Connection:
+    """A connection to the kernel database at ``path`` (read-only unless ``write``, which makes its tables);
+    InputError naming the file and ``field`` when it is not one."""
+    from roller.errors import InputError
+
+    def refused(why: str) -> InputError:
+        return InputError(why, source=str(path), field=field)
+
+    if not write and not path.is_file():
+        raise refused("no such kernel database (roller build --db FILE writes one)")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode={'rwc' if write else 'ro'}", uri=True, timeout=30)
+        if write:
+            con.executescript(DB_SCHEMA)
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (DB_FORMAT,))
+        row = con.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+    except sqlite3.Error as err:
+        raise refused(f"not a Roller kernel database ({err})") from None
+    if row is None or row[0] != DB_FORMAT:
+        con.close()
+        raise refused(f"not a Roller kernel database of this version (format {row[0] if row else 'none'!r}, "
+                      f"expected {DB_FORMAT!r})")
+    return con
+
+
+def _db_row(query: str, args: tuple[str, ...]) -> tuple[Any, ...] | None:
+    path = settings.cache.db
+    if not path:
+        return None
+    con = open_db(Path(path).expanduser())
+    try:
+        row = con.execute(query, args).fetchone()
+    except sqlite3.Error:
+        row = None   # a damaged database costs a rebuild, as a damaged entry does
+    finally:
+        con.close()
+    return tuple(row) if row is not None else None
+
+
+def _adopt_from_db(key: str, final: Path) -> bool:
+    """Copy the database's entry ``key`` into the cache (checked as ``lookup`` checks an entry); whether it is
+    there now."""
+    row = _db_row("SELECT files FROM kernels WHERE key = ?", (key,))
+    if row is None or not (_make_root() and _own_folder(cache_dir() / "tmp") and _own_folder(_entries_dir())):
+        return False
+    try:
+        files = json.loads(row[0])
+        tmp = Path(tempfile.mkdtemp(prefix="entry-", dir=cache_dir() / "tmp"))
+    except (ValueError, TypeError, OSError):
+        return False
+    try:
+        if not isinstance(files, dict) or MANIFEST not in files:
+            return False
+        for name, text in files.items():
+            if not isinstance(name, str) or "/" in name or name.startswith(".") or not isinstance(text, str):
+                return False
+            (tmp / name).write_text(text, encoding="utf-8")
+        _load_entry(tmp)   # every checksum, as for a local entry
+        if json.loads(files[MANIFEST])["body"].get("key") != key:
+            return False
+        os.rename(tmp, final)
+        return True
+    except (Damaged, OSError, ValueError, KeyError, TypeError):
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _adopt_result_from_db(kind: str, key: str, path: Path) -> bool:
+    """Copy the database's result (``kind``, ``key``) and its binary into the cache; whether it was there."""
+    row = _db_row("SELECT doc, blob FROM results WHERE kind = ? AND key = ?", (kind, key))
+    if row is None or not isinstance(row[0], str):
+        return False
+    try:
+        _make_root()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(row[1], bytes):
+            write_atomic(path.with_suffix(".bin"), row[1])
+        write_atomic(path, row[0].encode())
+    except OSError:
+        return False
+    return True
+
+
+def entry_files(key: str) -> dict[str, str] | None:
+    """The files of the cache's entry ``key`` as stored (name -> text), checked; None when absent or damaged."""
+    folder = _entries_dir() / key
+    try:
+        _load_entry(folder)
+        names = [MANIFEST, *json.loads(_read_regular(folder / MANIFEST))["body"]["files"]]
+        return {n: _read_regular(folder / n).decode("utf-8") for n in names}
+    except (Damaged, ValueError, KeyError, UnicodeDecodeError):
+        return None
+
+
+def result_files(kind: str, key: str) -> tuple[str, bytes | None] | None:
+    """The stored document of result (``kind``, ``key``) as text and the binary beside it, if checked."""
+    path = _result_path(kind, key)
+    if _checked_result(path) is None:
+        return None
+    try:
+        blob: bytes | None = _read_regular(path.with_suffix(".bin"))
+    except Damaged:
+        blob = None
+    return _read_regular(path).decode("utf-8"), blob
 
 
 # -- checksummed text files (descriptions measured here) ----------------------------------------------------

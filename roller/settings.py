@@ -56,6 +56,12 @@ class CacheSettings:
     disabled: Knob[bool] = Knob("ROLLER_NO_CACHE", False, "1/true/yes/on turns the kernel cache off")
     dir_override: Knob[str | None] = Knob("ROLLER_CACHE_DIR", None,
                                           "the cache folder (default $XDG_CACHE_HOME/roller or ~/.cache/roller)")
+    db: Knob[str | None] = Knob("ROLLER_KERNEL_DB", None,
+                                "a kernel database (roller build --db FILE) read when the cache misses: its "
+                                "kernels and compiled binaries are copied into the cache")
+    journal: Knob[str | None] = Knob("ROLLER_CACHE_JOURNAL", None,
+                                     "a file every cache entry and compile result used or stored is named in "
+                                     "(set by roller build --db for itself and its compiler processes)")
 
     @property
     def dir(self) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,9 @@ def register(sub: Any) -> None:
                    help="output folder (default: ./roller-out)")
     p.add_argument("--no-cache", dest="cache", action="store_false",
                    help="do not read or write the kernel cache")
+    p.add_argument("--db", metavar="FILE", default=None,
+                   help="also copy every kernel and compiled binary this build uses into the SQLite kernel "
+                        "database FILE (made, or added to); ROLLER_KERNEL_DB=FILE reads it where the cache misses")
     p.set_defaults(func=cmd_build)
 
 
@@ -76,6 +80,26 @@ def table(progs: list, measured: list[float | None] | None = None) -> list[str]:
 # -- build --------------------------------------------------------------------------------------------------------
 
 def cmd_build(args: argparse.Namespace) -> int:
+    if not args.db:
+        return _cmd_build(args)
+    from roller import cache, kernel_db
+
+    if args.dry_run or not args.cache or not cache.enabled():
+        why = "--dry-run builds nothing" if args.dry_run else "the cache is off (--no-cache or ROLLER_NO_CACHE)"
+        raise InputError(f"--db copies what the build puts in the kernel cache, and {why}", field="--db",
+                         source=args.db)
+    db = Path(args.db)
+    if db.exists():
+        cache.open_db(db, field="--db").close()   # refused before a long build, not after
+    with kernel_db.recording() as journal:
+        rc = _cmd_build(args)
+        done = kernel_db.export(journal, db)
+    print(f"{db}: {done.kernels} kernels and {done.results} compile results of this build; {done.total_kernels} "
+          "kernels in all", file=sys.stderr if args.format == "json" else sys.stdout)
+    return rc
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
     from roller.cli.common import hw_from_args
 
     hw_from_args(args)   # a bad description is reported before the input (it is cached: read once)

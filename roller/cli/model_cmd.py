@@ -49,8 +49,10 @@ def cmd_build_model(args: argparse.Namespace, given: ModelInput) -> int:
     graph = _import(given, getattr(args, "shape", None))
     if args.dry_run:
         return _dry_run(args, target, fuse_stage(graph, target, args.fuse)[0])
+    # a kernel database carries the compiled kernels too where this machine can compile them
+    here = bool(args.evaluate) or (bool(getattr(args, "db", None)) and target.backend.can_run_here())
     model = build_model(graph, target, method=args.fuse, top_k=args.top_k, evaluate=args.evaluate,
-                        cache=args.cache, compile_here=bool(args.evaluate))
+                        cache=args.cache, compile_here=here)
     model.source_file = given.source
     out_dir = Path(args.output)
     doc = model.save(out_dir)
