@@ -59,16 +59,12 @@ for desc in ${ABLATE:-bench/hw/*.yaml}; do  # each a description variant with on
         --json "$out/ablate-$name.json"
 done
 step 60 "large" $py bench/gpu.py --hw "$hw" "${large[@]}" --json "$out/gpu-large.json"
-sanitize() {  # sanitize TOOL: the sample under compute-sanitizer, its report appended to sanitizer.txt
-    compute-sanitizer --tool "$1" --log-file "$out/$1.tmp" $py bench/gpu_checks.py sample --hw "$hw" \
-        --suite "${SAMPLE_SUITE:-sanitize}"
-    local rc=$?
-    cat "$out/$1.tmp" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/$1.tmp"
-    return $rc
-}
-step 35 "sanitizer memcheck" sanitize memcheck
-step 40 "sanitizer racecheck" sanitize racecheck
-step 25 "sanitizer synccheck" sanitize synccheck
+for tool in memcheck racecheck synccheck; do  # the sample under compute-sanitizer, reports into sanitizer.txt
+    limit=$(case $tool in memcheck) echo 35;; racecheck) echo 40;; *) echo 25;; esac)
+    step "$limit" "sanitizer $tool" compute-sanitizer --tool "$tool" --log-file "$out/$tool.tmp" \
+        $py bench/gpu_checks.py sample --hw "$hw" --suite "${SAMPLE_SUITE:-sanitize}"
+    cat "$out/$tool.tmp" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/$tool.tmp"
+done
 step 55 "models" $py bench/gpu_checks.py models --hw "$hw" --skeletons .gpucache/skel --json "$out/models.json"
 step 45 "scaled" $py bench/gpu.py --hw "$hw" --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
 resume=(); [ -f .gpucarry/gpu-roller119.json ] && resume=(--resume .gpucarry/gpu-roller119.json)
