@@ -101,6 +101,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--differing-ops", default=None, metavar="HW",
                     help="no GPU: print the selected ops (comma-separated) whose top-k kernels for --hw differ "
                          "from those for HW: the ops an ablation of one description knob has to time")
+    ap.add_argument("--sass", type=Path, default=None, metavar="JSON",
+                    help="with --precompile: each kernel's SASS features (cuobjdump) added to this file; a kernel "
+                         "that spills, or claims a pipeline its SASS lacks, fails the precompile")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at a time")
     ap.add_argument("--resume", type=Path, default=None,
                     help="an earlier --json of the same selection: its ops are kept, not run again (a run its "
@@ -323,37 +326,63 @@ def candidates(op: dict, hw: Any, be: Any, top_k: int) -> tuple[Any, list[Any]]:
     return expr, construct(expr, hw, top_k=top_k, matrix=be.matrix_support)
 
 
-def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int) -> list[str]:
+def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int,
+                sass: dict[str, Any] | None = None) -> list[str]:
     """Render the programs and compile their kernels for ``target`` into the roller cache (``compile_artifacts``);
-    the errors, one line each, of those that failed."""
+    the errors, one line each, of those that failed. ``sass`` (where cuobjdump is here) gets each kernel's
+    SASS features under its rProgram's line."""
     from roller.errors import RollerError
 
-    arts, errors = [], []
+    arts, labels, errors = [], [], []
     for prog in progs:
         try:
             arts.append(be.render(prog, hw))
+            labels.append(prog.line() + (" | wmma" if prog.use_matrix else ""))
         except RollerError as err:
             errors.append(str(err).splitlines()[0])
-    return errors + compile_artifacts(arts, target, jobs)
+    return errors + compile_artifacts(arts, target, jobs, sass, labels)
 
 
-def compile_artifacts(arts: Sequence[Any], target: str, jobs: int) -> list[str]:
+#: SASS opcodes a kernel's features show as (roller.backends.cuda.sass.count prefixes)
+SASS_FEATURES = ("LDGSTS", "LDG.E.128", "STG.E.128", "HMMA", "BAR.SYNC", "LDL", "STL")
+
+
+def sass_problems(launch: dict[str, Any], feats: dict[str, int]) -> list[str]:
+    """What a kernel's SASS lacks that its launch claims, or has that no kernel may (spills)."""
+    out = [f"{op} (spills)" for op in ("LDL", "STL") if feats.get(op)]
+    if int(launch.get("stages", 1)) > 1 and not feats.get("LDGSTS"):
+        out.append("a pipelined kernel without LDGSTS (cp.async)")
+    return out
+
+
+def compile_artifacts(arts: Sequence[Any], target: str, jobs: int, sass: dict[str, Any] | None = None,
+                      labels: Sequence[str] = ()) -> list[str]:
     """Compile rendered CUDA kernels for ``target`` into the roller cache with their cubins, ``jobs`` at a time
-    (a cached kernel is not compiled again); the errors, one line each, of those that failed."""
+    (a cached kernel is not compiled again); the errors, one line each, of those that failed. ``sass`` gets
+    each kernel's SASS features under its label (default its kernel name)."""
+    from roller.backends.cuda import sass as sass_reader
     from roller.backends.cuda.toolchain import compile_unit
     from roller.errors import RollerError
 
-    def one(art: Any) -> str:
+    read = sass is not None and sass_reader.available()
+
+    def one(i: int) -> str:
+        art = arts[i]
         try:
             res = compile_unit(art.source, target, None, art.kernel_name, keep_cubin=True)
             if res.cubin is not None:
+                if read and sass is not None:
+                    ops = sass_reader.instructions(res.cubin, art.kernel_name)
+                    feats = {f: sass_reader.count(ops, f) for f in SASS_FEATURES}
+                    sass[labels[i] if i < len(labels) else art.kernel_name] = {
+                        **feats, "problems": sass_problems(art.launch, feats)}
                 shutil.rmtree(res.cubin.parent, ignore_errors=True)
             return ""
         except RollerError as err:
             return str(err).splitlines()[0]
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return [e for e in pool.map(one, arts) if e]
+        return [e for e in pool.map(one, range(len(arts))) if e]
 
 
 def run_op(op: dict, note: str, hw: Any, be: Any, top_k: int, repeat: int, copy_gbps: float, jobs: int,
@@ -431,9 +460,15 @@ def precompile(args: argparse.Namespace) -> int:
     be = get("cuda")
     ops = select_ops(args.suite, args.ops, args.fp16, args.max_gib, args.max_gflop)
     t0, failed = time.time(), 0
+    gate: dict[str, Any] = json.loads(args.sass.read_text()) if args.sass and args.sass.exists() else {}
     for n, (op, _) in enumerate(ops):
         _, progs = candidates(op, hw, be, args.top_k)
-        errors = compile_all(progs, hw, be, hw.target, args.jobs)
+        feats: dict[str, Any] = {}
+        errors = compile_all(progs, hw, be, hw.target, args.jobs, feats if args.sass else None)
+        errors += [f"SASS of {line}: {p}" for line, f in feats.items() for p in f["problems"]]
+        if args.sass:
+            gate[f"{hw.name}/{op['name']}"] = feats
+            write_atomic(args.sass, json.dumps(gate, indent=1).encode())
         failed += len(errors)
         print(f"[{n + 1}/{len(ops)}] {op['name']}: {len(progs)} kernels for {hw.target}"
               + (f", {len(errors)} failed: {errors[0]}" if errors else "") + f" ({time.time() - t0:.0f} s)",

@@ -12,9 +12,11 @@ py=${PYTHON:-.venv/bin/python}
 export ROLLER_CACHE_DIR=$PWD/.gpucache/roller
 hw=${HW:-h200}
 if [ "${QUICK:-1}" = 1 ]; then
-    $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20
-    $py bench/gpu.py --precompile --hw "$hw" --suite large --top-k 3 --max-gflop 1200
     mkdir -p .gpucarry
+    rm -f .gpucarry/sass.json   # every kernel's SASS features, and the gate: a spill or a lost pipeline fails here
+    sass=(--sass .gpucarry/sass.json)
+    $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20 "${sass[@]}"
+    $py bench/gpu.py --precompile --hw "$hw" --suite large --top-k 3 --max-gflop 1200 "${sass[@]}"
     for desc in ${ABLATE:-bench/hw/*.yaml}; do
         [ -f "$desc" ] || continue
         # the session times only the ops whose kernels the variant changes
@@ -22,10 +24,10 @@ if [ "${QUICK:-1}" = 1 ]; then
             --differing-ops "$hw")
         echo "$ops" >".gpucarry/ablate-$(basename "$desc" .yaml).ops"
         [ -z "$ops" ] || $py bench/gpu.py --precompile --hw "$desc" --suite roller119 --fp16 --ops "$ops" --top-k 4 \
-            --max-gflop 20
-        $py bench/gpu.py --precompile --hw "$desc" --suite large --top-k 3 --max-gflop 1200
+            --max-gflop 20 "${sass[@]}"
+        $py bench/gpu.py --precompile --hw "$desc" --suite large --top-k 3 --max-gflop 1200 "${sass[@]}"
     done
-    $py bench/gpu.py --precompile --hw "$hw" --suite sanitize --top-k 3
+    $py bench/gpu.py --precompile --hw "$hw" --suite sanitize --top-k 3 "${sass[@]}"
     $py bench/gpu_checks.py skeletons --out .gpucache/skel
     $py bench/gpu_checks.py precompile --hw "$hw" --skeletons .gpucache/skel
 else
@@ -37,4 +39,4 @@ fi
 mkdir -p .gpucarry
 nvcc --version | tail -2 >.gpucarry/toolchain.txt
 tar cJf .gpucarry/gpucache.tar.xz.part .gpucache && mv .gpucarry/gpucache.tar.xz.part .gpucarry/gpucache.tar.xz
-echo "bench/gpu_prepare.sh: $(du -h .gpucarry/gpucache.tar.xz | cut -f1) in .gpucarry (add .gpucache/ and .gpucarry/ to .git/info/exclude)"
+echo "bench/gpu_prepare.sh: $(du -h .gpucarry/gpucache.tar.xz | cut -f1) in .gpucarry (name .gpucarry in the device tool's carry)"

@@ -55,6 +55,16 @@ def ablation(main: Sequence[dict[str, Any]], off: Sequence[dict[str, Any]]) -> l
     return out + [f"  {len(gains)} ops differ, geomean x{geomean(gains):.3f}" if gains else "  no op differs"]
 
 
+def sass_flags(rows: Sequence[dict[str, Any]], hw: str, sass: dict[str, Any]) -> list[str]:
+    """Per op: the fastest kernel's SASS features as the prepare step read them (.gpucarry/sass.json)."""
+    out = []
+    for r in rows:
+        feats = sass.get(f"{hw}/{r['name']}", {}).get(r.get("line") or "", {})
+        shown = " ".join(f"{k}={v}" for k, v in feats.items() if k != "problems" and v)
+        out.append(f"  {r['name']:10s} ratio {r.get('ratio') or 0:.3f}  {shown or '(no SASS read)'}")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or not Path(args[0]).is_dir():
@@ -67,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines += [f"ceilings: {ceil.read_text()}"]
     quick = _rows(out / "gpu-quick.json")
     lines += ["quick:", *categories(quick)]
+    sass = Path(".gpucarry/sass.json")
+    if sass.exists() and quick:
+        hw = json.loads((out / "gpu-quick.json").read_text())["meta"]["hw"]
+        lines += ["quick, per op (fastest kernel's SASS):", *sass_flags(quick, hw, json.loads(sass.read_text()))]
     for r in _rows(out / "gpu-large.json"):
         lines.append(f"large {r['name']}: roller {r.get('roller_ms')} ms, {r.get('rate')}, ratio {r.get('ratio')}"
                      f", ok {r.get('ok')}, {r.get('line')}")

@@ -175,3 +175,10 @@ def test_differing_ops_lists_the_ops_a_description_changes() -> None:
     assert sorted(gpu.differing_ops(args)) == ["E0", "M1"]
     with pytest.raises(SystemExit):
         gpu.parse_args(["--precompile", "--differing-ops", "h200"])
+
+
+def test_sass_gate_flags_spills_and_a_pipeline_without_cp_async() -> None:
+    clean = {"LDGSTS": 4, "LDL": 0, "STL": 0}
+    assert gpu.sass_problems({"stages": 3}, clean) == []
+    assert gpu.sass_problems({"stages": 3}, dict(clean, LDGSTS=0)) == ["a pipelined kernel without LDGSTS (cp.async)"]
+    assert gpu.sass_problems({}, dict(clean, LDGSTS=0, STL=2)) == ["STL (spills)"]
