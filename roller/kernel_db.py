@@ -92,6 +92,12 @@ def export(journal: Path, db: Path) -> Exported:
         raise InputError(f"cannot write there: {err.strerror or err}", field="--db", source=str(db)) from None
     part = Path(name)
     try:
+        lock = _locked(db)
+    except OSError as err:
+        part.unlink(missing_ok=True)
+        raise InputError(f"cannot lock the kernel database: {err.strerror or err}", field="--db",
+                         source=str(db)) from None
+    try:
         if db.exists():
             cache.open_db(db, field="--db").close()   # another kind of file is refused, not replaced
             shutil.copyfile(db, part)
@@ -120,4 +126,15 @@ def export(journal: Path, db: Path) -> Exported:
         raise InputError(f"cannot write the kernel database: {err}", field="--db", source=str(db)) from None
     finally:
         part.unlink(missing_ok=True)
+        lock.close()
     return Exported(n_kernels, n_results, total)
+
+
+def _locked(db: Path) -> Any:
+    """An exclusive lock on ``<db>.lock`` for the copy-add-rename: two builds adding to one database at once
+    would otherwise each rename their copy over the other's, and one's kernels would be lost."""
+    import fcntl
+
+    fh = open(db.with_name(db.name + ".lock"), "a")  # noqa: SIM115 - held until the caller closes it
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh

@@ -133,3 +133,19 @@ def test_a_missing_or_foreign_database_setting_is_an_input_error(tmp_path: Path,
         monkeypatch.setenv("ROLLER_KERNEL_DB", str(db))
         assert main(["build", str(op), "--hw", "h200", "-o", str(tmp_path / "out")]) == 2
         assert "ROLLER_KERNEL_DB" in capsys.readouterr().err
+
+
+def test_two_builds_adding_to_one_database_at_once_keep_both(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    op, db = tmp_path / "op.json", tmp_path / "k.db"
+    op.write_text(json.dumps(OP))
+    env = {**os.environ, "ROLLER_CACHE_DIR": str(tmp_path / "c")}
+    procs = [subprocess.Popen([sys.executable, "-m", "roller", "build", str(op), "--hw", hw, "-o",
+                               str(tmp_path / hw), "--db", str(db)], env=env, stdout=subprocess.DEVNULL)
+             for hw in ("h200", "mi50", "v100")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+    rows = sqlite3.connect(db).execute("SELECT description FROM kernels").fetchall()
+    assert sorted(r[0] for r in rows) == ["h200", "mi50", "v100"]
