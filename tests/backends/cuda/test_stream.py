@@ -138,47 +138,7 @@ def test_a_wrong_lane_fails(tmp_path: Path) -> None:
         check_against(p.line(), op, x, y.reshape(ref.shape))
 
 
-@pytest.mark.parametrize("spec", [
-    {"op": "elementwise", "fn": "add", "shapes": {"A": [4, 300], "B": [300]}, "dtype": "float32"},  # broadcast
-    {"op": "elementwise", "fn": "relu", "shapes": {"X": [4, 300]}, "dtype": "float64"},
-    {"op": "elementwise", "fn": "add", "shapes": {"A": [4096], "B": [4096]}, "dtypes": {"B": "float16"}},
-    {"op": "reduce", "kind": "sum", "shape": [64, 1024], "axes": [1], "dtype": "float32"},
-])
-def test_reads_that_are_not_element_for_element_stay_scalar(spec: dict) -> None:
-    """A broadcast, float64, tensors of two widths, a reduction: no vector program (the scalar ones stay)."""
-    op = load_ops(spec)[0]
-    progs = construct(op, H.load("h200"), top_k=40)
-    assert progs and all(p.vector == 1 for p in progs)
-
-
 E0 = {"op": "elementwise", "fn": "relu", "shapes": {"X": [128, 1008, 42, 42]}, "dtype": "float32"}
-
-
-def test_e0_top1_is_a_vector_program() -> None:
-    """On h200 (vector_bytes 16, latency_ns) the suite's E0 ranks a 4-wide grid-stride program first, and its
-    resident blocks keep at least Little's-law bytes in flight; with the A/B description of 4-byte accesses
-    (bench/hw/h200-scalar.yaml) no vector program is built."""
-    hw = H.load("h200")
-    op = load_ops(E0)[0]
-    top = construct(op, hw, top_k=5)
-    p = top[0]
-    assert p.vector == 4 and p.grid <= hw.parallelism.compute_units * hw.parallelism.max_blocks_per_unit
-    assert p.prediction is not None
-    resident = p.prediction.blocks_per_unit * p.block
-    need = hw.memory[0].bandwidth_effective_gbps * hw.memory[0].latency_ns / hw.parallelism.compute_units
-    assert resident * p.thread_tile.shape[0] * 4 >= need
-    scalar = [q for q in top if q.vector == 1]
-    if scalar:
-        assert scalar[0].prediction.time_s > p.prediction.time_s * 1.5  # type: ignore[union-attr]
-    ab = H.load(str(Path(__file__).resolve().parents[3] / "bench/hw/h200-scalar.yaml"))
-    assert all(q.vector == 1 for q in construct(op, ab, top_k=10))
-
-
-def test_vector_program_round_trips() -> None:
-    p = vector_programs(E0)[0]
-    q = RProgram.loads(p.dumps())
-    assert q.vector == p.vector and q.grid == p.grid and q.line() == p.line()
-    assert "vector 4 grid-stride" in p.line()
 
 
 def _cuobjdump() -> str | None:

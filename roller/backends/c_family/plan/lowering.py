@@ -234,6 +234,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     loops = reduce_loops(reduce, window=unshared(expr))
     stream = None
     if prog.vector > 1:
+        if prog.runtime:
+            raise InputError(f"{expr.name}: a vector program's loops run to its extent; it takes none at launch",
+                             field="vector")
         # the thread tile holds whole vectors (construction/stream.py): its extent / width of them a thread
         stream = stream_plan(expr, inputs, out, d, prog.vector, max(1, t_tile[0] // prog.vector), prog.block,
                              prog.grid)
