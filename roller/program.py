@@ -120,6 +120,10 @@ class RProgram:
     # its symbol's greatest value, which sets every tensor's layout) and takes the symbol's value ``n`` at
     # launch; each such axis then runs to ``factor * n`` (roller.construction.symbol_args).
     runtime: tuple[tuple[str, int], ...] = ()
+    # Elements of one access along the single (contiguous) axis of an op with no reuse (construction/stream.py):
+    # above 1, each thread moves its thread tile as vectors this wide, and the ``grid`` blocks walk the
+    # block tiles in a grid-stride loop (``grid`` may be fewer than the tiles).
+    vector: int = 1
     prediction: Prediction | None = field(default=None, compare=False)
 
     @property
@@ -136,13 +140,15 @@ class RProgram:
 
     def key(self) -> tuple:
         return (tuple(t.shape for t in self.tiles), self.reduce_threads,
-                self.matrix.name if self.matrix else None, self.runtime)
+                self.matrix.name if self.matrix else None, self.runtime, self.vector)
 
     def line(self) -> str:
         parts = [f"{self.layers[i]}>{self.layers[i + 1]} {t.text()}" for i, t in enumerate(self.tiles)]
         parts += [f"grid {self.grid}", f"block {self.block}"]
         if self.reduce_threads > 1:
             parts.append(f"split-k {self.reduce_threads}")
+        if self.vector > 1:
+            parts.append(f"vector {self.vector} grid-stride")
         if self.runtime:
             parts.append("runtime " + ",".join(a if f == 1 else f"{a}={f}n" for a, f in self.runtime))
         return " | ".join(parts)
@@ -190,6 +196,7 @@ class RProgram:
             "epsilon": self.epsilon,
             "padding_waste": self.padding_waste,
             "runtime_axes": [{"axis": a, "factor": f} for a, f in self.runtime],
+            "vector": self.vector,
             "prediction": self.prediction.to_json() if self.prediction else None,
             "line": self.line(),
         }
@@ -228,12 +235,15 @@ class RProgram:
         names = {a.name for a in expr.axes}
         if any(a not in names or f < 1 for a, f in runtime):
             raise ValueError("rProgram's runtime axes are not axes of its op")
+        vector = int(doc.get("vector", 1))
+        if vector < 1 or vector & (vector - 1):
+            raise ValueError(f"rProgram's vector width must be a power of two, got {vector}")
         return RProgram(expr=expr, hw_name=str(doc["hw"]), hw_hash=str(doc["hw_hash"]), layers=layers,
                         scopes=scopes, tiles=tiles, grid=int(doc["grid"]), block=int(doc["block"]),
                         block_level=block_level, thread_level=thread_level,
                         reduce_threads=int(doc.get("reduce_threads", 1)),
                         epsilon=float(doc.get("epsilon", 0.0)), padding_waste=float(doc.get("padding_waste", 0.0)),
-                        matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime,
+                        matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime, vector=vector,
                         prediction=Prediction.from_json(pred) if pred is not None else None)
 
     @staticmethod

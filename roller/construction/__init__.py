@@ -12,6 +12,7 @@ from roller.construction.enlarge import Candidate, Search, thread_start_sizes
 from roller.construction.exchange import exchange_fed
 from roller.construction.matrix import MatrixSupport, matrix_programs
 from roller.construction.scaleout import shrink_for_parallelism
+from roller.construction.stream import stream_programs
 from roller.errors import InputError
 from roller.hw import HardwareDesc, MemoryLayer, load
 from roller.ir.expr import Affine, Const, gathers, map_reads, reads
@@ -160,6 +161,8 @@ def _programs_of(expr: TensorExpr, hwd: HardwareDesc, block_level: int, thread_l
     # float16 GEMM-shaped ops on a description with matrix instructions the backend renders: tensor-core
     # (or matrix-core) programs compete with the scalar ones in the same ranking.
     progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool, support=matrix)
+    # ops with no reuse on a description with a wide access: vector, grid-stride programs compete as well
+    progs += stream_programs(expr, geo, hwd, block_level, thread_level)
     return progs, search, geo
 
 
@@ -332,7 +335,9 @@ def predict_program(prog: RProgram, hw: HardwareDesc) -> Prediction | None:
         prog = dataclasses.replace(prog, expr=row_proxy(prog.expr))
     shapes = tuple(t.shape for t in prog.tiles)
     padding = dict(prog.tiles[prog.block_level].storage_padding)
-    pred = _predict(TileGeometry(prog.expr), hw, shapes, prog.block_level, prog.thread_level, prog.grid,
+    # a grid-stride program's grid is what runs at once; the model counts its tiles
+    grid = launch_counts(prog.expr, prog.block_tile, prog.thread_tile)[0] if prog.vector > 1 else prog.grid
+    pred = _predict(TileGeometry(prog.expr), hw, shapes, prog.block_level, prog.thread_level, grid,
                     prog.block, padding)
     pad_s = padding_time(prog.expr, hw)
     if pred is not None and pad_s:

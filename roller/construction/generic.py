@@ -398,9 +398,10 @@ def construct_generic(op: SymbolicOp, hw: HardwareDesc, matrix: Iterable[MatrixS
     # extra samples spread the 6 kernels thinner (BERT's softmax: 1.28x -> 1.57x the exact kernels).
     past = timer is not None and isinstance(ax, GenericAxis)
     for v in representative_sizes(lo, hi, past):
-        # Matrix-instruction and split-reduction programs decode their blocks differently: not offered here.
+        # Matrix-instruction and split-reduction programs decode their blocks differently, and vector programs
+        # bake their extent into the grid-stride loop: not offered here.
         progs = [p for p in construct(form(v), hw, top_k=PER_SIZE * 2, matrix=matrix)
-                 if not p.use_matrix and p.reduce_threads == 1][:PER_SIZE]
+                 if not p.use_matrix and p.reduce_threads == 1 and p.vector == 1][:PER_SIZE]
         for p in progs:
             pool.setdefault(p.key(), dataclasses.replace(retarget(p, top), runtime=extra))
             made_at.setdefault(p.key(), set()).add(v)

@@ -60,6 +60,12 @@ class MemoryLayer:
     # this layer pass (a CPU core's L1: its capacity / ways, 4 KiB on x86), so rows that far apart compete for
     # that set's few ways
     alias_bytes: int | None = None
+    # device scope: the widest access one thread issues in one instruction (16 on NVIDIA GPUs: LDG.E.128);
+    # ops with no reuse read and write their contiguous axis in vectors this wide (construction/stream.py)
+    vector_bytes: int | None = None
+    # device scope: the loaded latency of one access, ns; with it the model limits the bandwidth a program
+    # reaches by the bytes its resident blocks keep in flight (Little's law, perf/micro.py)
+    latency_ns: float | None = None
 
     @property
     def capacity(self) -> int:
@@ -243,6 +249,10 @@ class HardwareDesc:
                 d["streaming_stores"] = True
             if layer.alias_bytes is not None:
                 d["alias_bytes"] = layer.alias_bytes
+            if layer.vector_bytes is not None:
+                d["vector_bytes"] = layer.vector_bytes
+            if layer.latency_ns is not None:
+                d["latency_ns"] = layer.latency_ns
             memory.append(d)
         par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
         if par["hardware_threads_per_unit"] is None:

@@ -42,17 +42,19 @@ TOP_KEYS = ("extends", "name", "vendor", "backend", "target", "notes", "memory",
 TOP_REQUIRED = ("name", "vendor", "backend", "target", "memory", "parallelism", "compute")
 LAYER_KEYS = ("name", "scope", "capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
               "capacity_per_thread_bytes", "bandwidth_gbps", "transaction_bytes", "line_bytes", "banks",
-              "bank_width_bytes", "streaming_stores", "alias_bytes")
+              "bank_width_bytes", "streaming_stores", "alias_bytes", "vector_bytes", "latency_ns")
 # scope -> (required capacity/bank keys, optional ones); everything else of LAYER_KEYS' capacity/bank keys
 # is not used by that scope and is an error.
 SCOPE_KEYS = {
-    "device": (("capacity_bytes",), ("banks", "bank_width_bytes", "streaming_stores")),
+    "device": (("capacity_bytes",), ("banks", "bank_width_bytes", "streaming_stores", "vector_bytes",
+                                     "latency_ns")),
     "cache": (("capacity_bytes",), ("capacity_per_unit_bytes", "banks", "bank_width_bytes", "alias_bytes")),
     "block": (("capacity_per_unit_bytes", "capacity_per_block_bytes", "banks", "bank_width_bytes"), ()),
     "thread": (("capacity_per_unit_bytes", "capacity_per_thread_bytes"), ("banks", "bank_width_bytes")),
 }
 SCOPED_KEYS = ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
-               "capacity_per_thread_bytes", "banks", "bank_width_bytes", "streaming_stores", "alias_bytes")
+               "capacity_per_thread_bytes", "banks", "bank_width_bytes", "streaming_stores", "alias_bytes",
+               "vector_bytes", "latency_ns")
 # The key that holds what one consumer of the layer can use, compared between neighbouring layers.
 CONSUMER_CAPACITY = {"device": "capacity_bytes", "cache": "capacity_bytes",
                      "block": "capacity_per_block_bytes", "thread": "capacity_per_thread_bytes"}
@@ -75,7 +77,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "capacity_bytes": (1, 2**50, " bytes"), "capacity_per_unit_bytes": (1, 2**40, " bytes"),
     "capacity_per_block_bytes": (1, 2**40, " bytes"), "capacity_per_thread_bytes": (1, 2**20, " bytes"),
     "transaction_bytes": (1, 2**20, " bytes"), "line_bytes": (1, 2**20, " bytes"), "banks": (1, 2**16, ""),
-    "bank_width_bytes": (1, 2**10, " bytes"),
+    "bank_width_bytes": (1, 2**10, " bytes"), "vector_bytes": (1, 256, " bytes"), "latency_ns": (1e-3, 1e7, " ns"),
     "compute_units": (1, 2**24, ""), "sub_partitions": (1, 2**10, ""), "warp_size": (1, 2**12, ""),
     "max_threads_per_block": (1, 2**20, ""), "max_threads_per_unit": (1, 2**24, ""),
     "max_blocks_per_unit": (1, 2**20, ""), "registers_per_unit": (1, 2**30, ""),
@@ -715,6 +717,12 @@ class _Checker:
             alias = self.pow2(alias, path + ("alias_bytes",))
             if alias < line:
                 raise self.fail(path + ("alias_bytes",), f"expected at least line_bytes ({line}), got {alias}")
+        vector = value.get("vector_bytes")
+        if vector is not None:
+            vector = self.pow2(vector, path + ("vector_bytes",))
+        latency = value.get("latency_ns")
+        if latency is not None:
+            latency = self.number(latency, path + ("latency_ns",))
         for inner, outer in (("capacity_per_block_bytes", "capacity_per_unit_bytes"),
                              ("capacity_per_thread_bytes", "capacity_per_unit_bytes")):
             small, big = sizes[inner], sizes[outer]
@@ -727,7 +735,8 @@ class _Checker:
                            capacity_per_thread_bytes=sizes["capacity_per_thread_bytes"],
                            bandwidth_peak_gbps=peak, bandwidth_effective_gbps=eff,
                            transaction_bytes=transaction, line_bytes=line, banks=banks, bank_width_bytes=width,
-                           streaming_stores=streaming, alias_bytes=alias)
+                           streaming_stores=streaming, alias_bytes=alias, vector_bytes=vector,
+                           latency_ns=latency)
 
     def parallelism(self, value: Any, backend: str, required: tuple[str, ...]) -> Parallelism:
         path: tuple = ("parallelism",)

@@ -137,7 +137,10 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
             per_block = geo.tile_traffic(tile, layer.transaction_bytes)
         else:   # an epilogue's reads come from the outer layer, not through the block's
             per_block = geo.total_traffic(tile, layer.transaction_bytes, epilogue=False) / grid
-        t = rounds * per_block / (_served_bandwidth(geo, hw, i) / units) / latency_eff
+        bandwidth = _served_bandwidth(geo, hw, i)
+        if i == 0 and i == block_level and layer.latency_ns and bandwidth == hw.bandwidth(0):
+            bandwidth = min(bandwidth, inflight_bandwidth(geo, hw, tile, resident))
+        t = rounds * per_block / (bandwidth / units) / latency_eff
         if i > block_level:
             t *= edge_slowdown   # a thread's own loads and stores, lane by lane at the edge
         layer_times.append((layer.name, t))
@@ -162,6 +165,18 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
     return Prediction(time_s=time, bottleneck=bottleneck, fraction_of_peak=fraction,
                       layer_times_s=tuple(layer_times), compute_time_s=compute_time, waves=waves,
                       blocks_per_unit=res.blocks_per_unit, registers_per_thread=res.registers_per_thread)
+
+
+def inflight_bandwidth(geo: TileGeometry, hw: HardwareDesc, block_tile: tuple[int, ...], resident: int) -> float:
+    """Bytes/s the device's outer memory serves a program whose ``resident`` blocks per unit each have one
+    block tile's input reads (one reduction step) in flight at once: units x bytes in flight / latency (Little's
+    law). One 4-byte read per thread at full occupancy is 8 KB per H200 SM, about 0.6 of what its bandwidth
+    needs at ~600 ns; 16-byte vectors are four times that (shared/reference/gpu-mainloops.md, section 4)."""
+    latency = hw.memory[0].latency_ns
+    if not latency:
+        return math.inf
+    inflight = sum(math.prod(geo.region(t, block_tile)) * t.itemsize for t in geo.inputs)
+    return hw.parallelism.compute_units * max(1, resident) * inflight / (latency * 1e-9)
 
 
 #: what one output lane stored on its own costs, in the device's peak FLOPs (two 16-lane vector FMAs)

@@ -48,7 +48,12 @@ def _check_program(p, hw) -> None:
         threads *= b // t
     if p.use_matrix:
         threads *= par.warp_size  # one warp (wavefront) per fragment tile
-    assert (grid, threads) == (p.grid, p.block)
+    if p.vector > 1:
+        # a grid-stride program launches what the device holds resident at once, at most one block a tile
+        assert threads == p.block and 1 <= p.grid <= min(grid, par.compute_units * p.prediction.blocks_per_unit)
+        assert thread[0] % p.vector == 0
+    else:
+        assert (grid, threads) == (p.grid, p.block)
     # Rule (b): transaction-aligned innermost extents unless the tile covers the dimension.
     align = transaction_alignment(expr, hw.memory[p.block_level])
     for a, b in zip(expr.axes, block):

@@ -39,7 +39,7 @@ DIALECT = Dialect(
            "cos": "cosf({0})", "sin": "sinf({0})", "round": "rintf({0})", "pow": "powf({0}, {1})", "fmod": "fmodf({0}, {1})"},
     # NVRTC has no math.h: spell infinity by its bits
     infinity="__int_as_float(0x7f800000)",
-    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4")
+    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4", stream_bytes=16)
 
 
 def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[list[tuple[str, str, int]], int]:
@@ -84,8 +84,12 @@ class CudaBackend(Backend):
         if plan.staged and smem > STATIC_SMEM_LIMIT:
             dyn, dyn_bytes = dynamic_layout(plan, (mx.scratch, mx.scratch_elems) if mx else None)
         bf16 = any(t.dtype == "bfloat16" for t in prog.expr.tensors)
-        src = render(plan, DIALECT, TEMPLATES, "kernel.cu.j2", line=prog.line() + (" | wmma" if mx else ""),
-                     statement=prog.expr.statement(), mx=mx, dyn=dyn, bf16=bf16)
+        if plan.stream is not None:
+            src = render(plan, DIALECT, TEMPLATES, "stream.cu.j2", line=prog.line(), statement=prog.expr.statement(),
+                         s=plan.stream, bf16=bf16)
+        else:
+            src = render(plan, DIALECT, TEMPLATES, "kernel.cu.j2", line=prog.line() + (" | wmma" if mx else ""),
+                         statement=prog.expr.statement(), mx=mx, dyn=dyn, bf16=bf16)
         launch = launch_json(prog, plan, "cuda")
         launch["shared_bytes"] = dyn_bytes or smem
         launch["dynamic_shared_bytes"] = dyn_bytes

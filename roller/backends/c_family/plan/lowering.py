@@ -43,7 +43,7 @@ from roller.backends.c_family.plan.schedule import (
 )
 from roller.backends.c_family.plan.typed import TypedC
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, DimPlan, KernelPlan, TensorPlan
-from roller.backends.c_family.plan.vector import reduce_vec_plan, vec_plan
+from roller.backends.c_family.plan.vector import reduce_vec_plan, stream_plan, vec_plan
 from roller.errors import InputError
 from roller.ir.expr import Affine, Call, Gather, walk
 from roller.ir.tensor_expr import TensorExpr
@@ -232,6 +232,14 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
     if vform is not None and vform.stream:
         decode(spatial, read_axis(expr, spatial))
     loops = reduce_loops(reduce, window=unshared(expr))
+    stream = None
+    if prog.vector > 1:
+        if prog.runtime:
+            raise InputError(f"{expr.name}: a vector program's loops run to its extent; it takes none at launch",
+                             field="vector")
+        # the thread tile holds whole vectors (construction/stream.py): its extent / width of them a thread
+        stream = stream_plan(expr, inputs, out, d, prog.vector, max(1, t_tile[0] // prog.vector), prog.block,
+                             prog.grid)
     return KernelPlan(
         name=name, grid=prog.grid, block=prog.block, acc_ctype=acc_ctype, out_ctype=d.ctype[expr.output.dtype],
         out_vstore=d.vstore_format(d.ctype[expr.output.dtype]),
@@ -248,4 +256,4 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         body=body, out_index=out_index, epilogue=epilogue, epilogue_inputs=epilogue_inputs,
         pad_value=c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec, rvec=rvec, typed_store=typed.store if typed is not None else None,
-        helpers=typed.helper_code() if typed is not None else "")
+        helpers=typed.helper_code() if typed is not None else "", stream=stream)

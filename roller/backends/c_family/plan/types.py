@@ -26,6 +26,9 @@ class Dialect:
     vector_loads: bool = False  # OpenCL C's floatN, vloadN/vstoreN: CPU kernels vectorise inside a work-item
     # a 16-byte type whose loads and stores stage a tile's contiguous rows (CUDA's uint4); "": element by element
     stage_vector: str = ""
+    # GPU dialects: whole vectors of an op with no reuse (RProgram.vector) load and store as aligned structs of
+    # this many bytes at most (plan/vector.py, stream_plan); 0: such programs are not rendered
+    stream_bytes: int = 0
     # a store of one whole vector past the caches ({v}: the vector, {vtype}: its type, {ptr}: where, aligned to
     # the vector's size), for outputs larger than the caches (schedule.streamed); "": none
     streaming_store: str = ""
@@ -188,6 +191,29 @@ class VecPlan:
 
 
 @dataclass
+class StreamPlan:
+    """An op with no reuse in vectors along its one contiguous axis (RProgram.vector): ``per_thread`` vectors of
+    ``width`` elements a thread, loaded before the first is used, the ``extent`` // ``width`` whole vectors in
+    chunks of block x ``per_thread`` walked by a grid-stride loop, and a scalar grid-stride loop over the rest
+    (the tail past the last whole vector, or everything when a buffer is not aligned to the vector)."""
+
+    width: int
+    per_thread: int
+    extent: int
+    itype: str                          # "int", or a 64-bit type where the indices pass 2^31
+    structs: list[tuple[str, str, int]]  # (struct name, element ctype, bytes) of the vector types
+    vtypes: dict[str, str]              # tensor -> its vector struct
+    guard: bool                         # the last chunk is partial: each vector tests that it is whole
+    body: str                           # a lane's value, from rl_x_<tensor>[rl_u].v[rl_k]
+    scalar_body: str                    # an element's value, from <tensor>[rl_i]
+    uses_axis: bool                     # the body reads the axis's value (rl_e, rl_i)
+
+    @property
+    def vectors(self) -> int:
+        return self.extent // self.width
+
+
+@dataclass
 class StagePlan:
     """One stage of a row kernel: ``var`` starts at ``init`` and folds ``body`` (a C expression of one column
     point) with ``combine`` over the row's columns."""
@@ -282,6 +308,7 @@ class KernelPlan:
     # typed bodies: how the accumulator's value is stored (plan/typed.py), and the helper functions they call
     typed_store: Callable[[str, str], str] | None = None
     helpers: str = ""
+    stream: StreamPlan | None = None
     n_rtiles_c: str = ""  # the staged reduction's tile count where a reduced axis's extent is an argument
     out_vstore: str = "vstore{w}({v}, 0, {ptr})"  # how a vector of results is stored (Dialect.vstore_format)
 

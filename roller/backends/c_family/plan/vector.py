@@ -6,6 +6,9 @@ broadcast, one vector load, a pair of strided loads, a transposed load or gather
 ``rows.py`` uses for a row's columns too), the versions' bodies, guards and stores (``vec_plan``), and the
 reduction's vector walk (``reduce_vec_plan``). Apart from ``access.py`` because only dialects with vector loads
 (OpenCL on CPUs) take this path, and its reads are the larger part of the plan.
+
+GPU dialects have no vector arithmetic, and their vector form is the one of ops with no reuse
+(``stream_plan``, RProgram.vector): whole 16-byte structs loaded and stored, the body computed lane by lane.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dataclasses import replace
 
 from roller.backends.c_family.plan.access import (
     axis_maxes,
+    element,
     flat_coef,
     global_address,
     global_read,
@@ -33,11 +37,13 @@ from roller.backends.c_family.plan.types import (
     AxisPlan,
     Dialect,
     ReduceVecPlan,
+    StreamPlan,
     TensorPlan,
     VecFlavor,
     VecPlan,
 )
-from roller.ir.expr import Affine
+from roller.errors import InputError
+from roller.ir.expr import Affine, AxisValue, walk
 from roller.ir.tensor_expr import TensorExpr
 
 
@@ -288,3 +294,52 @@ def _transposed_read(tp: TensorPlan, idx: tuple[Affine, ...], axis: str, width: 
                  for k in range(width)]
         return f"({vtype})({', '.join(loads)})"
     return None
+
+
+def stream_plan(expr: TensorExpr, inputs: list[TensorPlan], out: TensorPlan, d: Dialect, width: int,
+                per_thread: int, block: int, grid: int) -> StreamPlan:
+    """The vector form of an op with no reuse (construction/stream.py: one axis, every tensor read and written
+    element for element): ``width``-element structs of ``d.stream_bytes`` at most, ``per_thread`` of them a
+    thread. InputError where the dialect has no such form or the op is not of that shape."""
+    axis = expr.axes[0] if len(expr.axes) == 1 else None
+    if not d.stream_bytes or axis is None or expr.reduce_axes or expr.typed or expr.epilogue is not None:
+        raise InputError(f"{expr.name}: {d.language} kernels render vector programs (RProgram.vector) only for "
+                         "elementwise ops over one axis", field="vector")
+    flat = (Affine.axis(axis.name),)
+    plans = {tp.name: tp for tp in inputs}
+    if expr.out_index != flat or any(idx != flat for tp in inputs for idx in expr.accesses(tp.name)):
+        raise InputError(f"{expr.name}: a vector program reads and writes every tensor element for element",
+                         field="vector")
+    if width < 2 or width & (width - 1) or per_thread < 1:
+        raise InputError(f"{expr.name}: vector width {width} x {per_thread} is not a power of two above 1 "
+                         "times a positive count", field="vector")
+    structs: dict[str, tuple[str, str, int]] = {}
+    vtypes: dict[str, str] = {}
+    for tp in [*inputs, out]:
+        nbytes = width * _ctype_bytes(tp.ctype)
+        if nbytes > d.stream_bytes:
+            raise InputError(f"{expr.name}: {width} elements of {tp.name} ({tp.ctype}) are {nbytes} bytes, wider "
+                             f"than {d.language}'s widest access ({d.stream_bytes})", field="vector")
+        name = f"rl_vec{width}_{tp.ctype.strip('_').replace(' ', '_')}"
+        structs[name] = (name, tp.ctype, nbytes)
+        vtypes[tp.name] = name
+    lane = render_body(expr.body, d, lambda r: element(plans[r.tensor], f"rl_x_{r.tensor}[rl_u].v[rl_k]", d),
+                       axis=lambda a: f"(({d.real})(rl_e))")
+    scalar = render_body(expr.body, d, lambda r: element(plans[r.tensor], f"{r.tensor}[rl_i]", d),
+                         axis=lambda a: f"(({d.real})(rl_i))")
+    uses_axis = any(isinstance(n, AxisValue) for n in walk(expr.body))
+    # the grid-stride loops' indices pass the extent by up to one turn of the whole grid
+    turn = grid * block * per_thread * width
+    wide = axis.extent + turn >= 2**31
+    return StreamPlan(width, per_thread, axis.extent, d.wide_int if wide else "int", list(structs.values()),
+                      vtypes, (axis.extent // width) % (block * per_thread) != 0, lane, scalar, uses_axis)
+
+
+def _ctype_bytes(ctype: str) -> int:
+    """Bytes of one element of a C-family storage type (the floating types a vector program holds)."""
+    return {"double": 8, "float": 4, "__half": 2, "__nv_bfloat16": 2, "half": 2}.get(ctype, 0) or \
+        _unknown(ctype)
+
+
+def _unknown(ctype: str) -> int:
+    raise InputError(f"vector programs hold floating tensors; got elements of type {ctype}", field="vector")

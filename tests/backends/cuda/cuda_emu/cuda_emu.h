@@ -16,6 +16,7 @@ typedef _Float16 __half;
 struct uint4 { unsigned x, y, z, w; };   // 16-byte staging loads (-O1: no strict-aliasing assumptions)
 struct Dim3 { int x = 0, y = 0, z = 0; };
 inline thread_local Dim3 threadIdx, blockIdx;
+inline Dim3 gridDim;   // set by emu_launch (grid-stride loops read it)
 inline std::barrier<>* emu_block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> emu_warp_barriers;
 
@@ -72,6 +73,7 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
 template <class F, class... A> void emu_launch(F kernel, int grid, int block, A... args) {
     std::barrier<> bar(block);
     emu_block_barrier = &bar;
+    gridDim.x = grid;
     emu_warp_barriers.clear();
     for (int w = 0; w < (block + 31) / 32; ++w)
         emu_warp_barriers.emplace_back(new std::barrier<>(std::min(32, block - 32 * w)));
