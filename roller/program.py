@@ -120,6 +120,10 @@ class RProgram:
     # its symbol's greatest value, which sets every tensor's layout) and takes the symbol's value ``n`` at
     # launch; each such axis then runs to ``factor * n`` (roller.construction.symbol_args).
     runtime: tuple[tuple[str, int], ...] = ()
+    # Steps of the staged reduction in flight at once: the block-scope layer holds a ring of this many staged
+    # tiles, filled by asynchronous copies ``stages - 1`` steps ahead of the one computed (1: each step is
+    # staged, then computed). Construction decides it from the description (construction/pipeline.py).
+    stages: int = 1
     prediction: Prediction | None = field(default=None, compare=False)
 
     @property
@@ -136,7 +140,7 @@ class RProgram:
 
     def key(self) -> tuple:
         return (tuple(t.shape for t in self.tiles), self.reduce_threads,
-                self.matrix.name if self.matrix else None, self.runtime)
+                self.matrix.name if self.matrix else None, self.runtime, self.stages)
 
     def line(self) -> str:
         parts = [f"{self.layers[i]}>{self.layers[i + 1]} {t.text()}" for i, t in enumerate(self.tiles)]
@@ -145,6 +149,8 @@ class RProgram:
             parts.append(f"split-k {self.reduce_threads}")
         if self.runtime:
             parts.append("runtime " + ",".join(a if f == 1 else f"{a}={f}n" for a, f in self.runtime))
+        if self.stages > 1:
+            parts.append(f"stages {self.stages}")
         return " | ".join(parts)
 
     __str__ = line
@@ -190,6 +196,7 @@ class RProgram:
             "epsilon": self.epsilon,
             "padding_waste": self.padding_waste,
             "runtime_axes": [{"axis": a, "factor": f} for a, f in self.runtime],
+            "stages": self.stages,
             "prediction": self.prediction.to_json() if self.prediction else None,
             "line": self.line(),
         }
@@ -228,12 +235,15 @@ class RProgram:
         names = {a.name for a in expr.axes}
         if any(a not in names or f < 1 for a, f in runtime):
             raise ValueError("rProgram's runtime axes are not axes of its op")
+        stages = int(doc.get("stages", 1))
+        if not 1 <= stages <= 16:
+            raise ValueError(f"rProgram's stages must be 1 to 16, got {stages}")
         return RProgram(expr=expr, hw_name=str(doc["hw"]), hw_hash=str(doc["hw_hash"]), layers=layers,
                         scopes=scopes, tiles=tiles, grid=int(doc["grid"]), block=int(doc["block"]),
                         block_level=block_level, thread_level=thread_level,
                         reduce_threads=int(doc.get("reduce_threads", 1)),
                         epsilon=float(doc.get("epsilon", 0.0)), padding_waste=float(doc.get("padding_waste", 0.0)),
-                        matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime,
+                        matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime, stages=stages,
                         prediction=Prediction.from_json(pred) if pred is not None else None)
 
     @staticmethod
