@@ -60,6 +60,15 @@ class MemoryLayer:
     # this layer pass (a CPU core's L1: its capacity / ways, 4 KiB on x86), so rows that far apart compete for
     # that set's few ways
     alias_bytes: int | None = None
+    # device scope: nanoseconds from issuing a load to its data (an estimate): how far ahead of its use a
+    # staged step must be fetched for the copy to hide behind compute (construction/pipeline.py)
+    latency_ns: float | None = None
+    # block scope: what one block may use when its kernel opts in past capacity_per_block_bytes (a launch
+    # attribute, e.g. for dynamic shared memory); only a ring of staged steps uses it (None: no opt-in)
+    capacity_per_block_optin_bytes: int | None = None
+    # block scope: how many staged steps may be in flight in the layer at once (asynchronous copies, cp.async);
+    # 1: each step is staged, then computed
+    max_stages: int = 1
 
     @property
     def capacity(self) -> int:
@@ -243,6 +252,12 @@ class HardwareDesc:
                 d["streaming_stores"] = True
             if layer.alias_bytes is not None:
                 d["alias_bytes"] = layer.alias_bytes
+            if layer.latency_ns is not None:
+                d["latency_ns"] = layer.latency_ns
+            if layer.capacity_per_block_optin_bytes is not None:
+                d["capacity_per_block_optin_bytes"] = layer.capacity_per_block_optin_bytes
+            if layer.max_stages != 1:
+                d["max_stages"] = layer.max_stages
             memory.append(d)
         par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
         if par["hardware_threads_per_unit"] is None:
