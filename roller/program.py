@@ -124,6 +124,10 @@ class RProgram:
     # above 1, each thread moves its thread tile as vectors this wide, and the ``grid`` blocks walk the
     # block tiles in a grid-stride loop (``grid`` may be fewer than the tiles).
     vector: int = 1
+    # Steps of the staged reduction in flight at once: the block-scope layer holds a ring of this many staged
+    # tiles, filled by asynchronous copies ``stages - 1`` steps ahead of the one computed (1: each step is
+    # staged, then computed). Construction decides it from the description (construction/pipeline.py).
+    stages: int = 1
     prediction: Prediction | None = field(default=None, compare=False)
 
     @property
@@ -140,7 +144,7 @@ class RProgram:
 
     def key(self) -> tuple:
         return (tuple(t.shape for t in self.tiles), self.reduce_threads,
-                self.matrix.name if self.matrix else None, self.runtime, self.vector)
+                self.matrix.name if self.matrix else None, self.runtime, self.vector, self.stages)
 
     def line(self) -> str:
         parts = [f"{self.layers[i]}>{self.layers[i + 1]} {t.text()}" for i, t in enumerate(self.tiles)]
@@ -151,6 +155,8 @@ class RProgram:
             parts.append(f"vector {self.vector} grid-stride")
         if self.runtime:
             parts.append("runtime " + ",".join(a if f == 1 else f"{a}={f}n" for a, f in self.runtime))
+        if self.stages > 1:
+            parts.append(f"stages {self.stages}")
         return " | ".join(parts)
 
     __str__ = line
@@ -197,6 +203,7 @@ class RProgram:
             "padding_waste": self.padding_waste,
             "runtime_axes": [{"axis": a, "factor": f} for a, f in self.runtime],
             "vector": self.vector,
+            "stages": self.stages,
             "prediction": self.prediction.to_json() if self.prediction else None,
             "line": self.line(),
         }
@@ -238,12 +245,16 @@ class RProgram:
         vector = int(doc.get("vector", 1))
         if vector < 1 or vector & (vector - 1):
             raise ValueError(f"rProgram's vector width must be a power of two, got {vector}")
+        stages = int(doc.get("stages", 1))
+        if not 1 <= stages <= 16:
+            raise ValueError(f"rProgram's stages must be 1 to 16, got {stages}")
         return RProgram(expr=expr, hw_name=str(doc["hw"]), hw_hash=str(doc["hw_hash"]), layers=layers,
                         scopes=scopes, tiles=tiles, grid=int(doc["grid"]), block=int(doc["block"]),
                         block_level=block_level, thread_level=thread_level,
                         reduce_threads=int(doc.get("reduce_threads", 1)),
                         epsilon=float(doc.get("epsilon", 0.0)), padding_waste=float(doc.get("padding_waste", 0.0)),
                         matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime, vector=vector,
+                        stages=stages,
                         prediction=Prediction.from_json(pred) if pred is not None else None)
 
     @staticmethod

@@ -11,6 +11,7 @@ from roller.construction.align import EPSILONS
 from roller.construction.enlarge import Candidate, Search, thread_start_sizes
 from roller.construction.exchange import exchange_fed
 from roller.construction.matrix import MatrixSupport, matrix_programs
+from roller.construction.pipeline import exposed_latency_s, with_stages
 from roller.construction.scaleout import shrink_for_parallelism
 from roller.construction.stream import stream_programs
 from roller.errors import InputError
@@ -82,11 +83,12 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     for i, form in enumerate(variants):
         built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix)
         forms.append((form, geo))
-        for p in built:
+        for p in (with_stages(b, hwd) for b in built):
             unique.setdefault((i, p.key()), p)
     # Programs the model predicts alike (a transpose's blocks of one size, whatever their shape) are ordered by
     # how many contiguous runs they move: the model's traffic is the same, the memory system's work is not.
     # An output stored past the caches moves no runs through them: its inputs' runs alone order those.
+    # Before the runs: the latency a program's ring of staged steps leaves exposed (construction/pipeline.py).
     geos = {id(form): geo for form, geo in forms}
     least = hwd.streamed_from()
 
@@ -94,7 +96,8 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
         geo = geos.get(id(p.expr)) or TileGeometry(p.expr)
         out = p.expr.output
         streamed = least is not None and out.size * out.itemsize >= least
-        return p.prediction.time_s, geo.row_runs(p.block_tile.shape, output=not streamed), p.key()  # type: ignore[union-attr]
+        return (p.prediction.time_s, exposed_latency_s(p, hwd),  # type: ignore[union-attr]
+                geo.row_runs(p.block_tile.shape, output=not streamed), p.key())
 
     ranked = sorted(unique.values(), key=rank)
     if not ranked:

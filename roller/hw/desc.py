@@ -63,9 +63,16 @@ class MemoryLayer:
     # device scope: the widest access one thread issues in one instruction (16 on NVIDIA GPUs: LDG.E.128);
     # ops with no reuse read and write their contiguous axis in vectors this wide (construction/stream.py)
     vector_bytes: int | None = None
-    # device scope: the loaded latency of one access, ns; with it the model limits the bandwidth a program
-    # reaches by the bytes its resident blocks keep in flight (Little's law, perf/micro.py)
+    # device scope: the loaded latency of one access, ns (an estimate until measured): the model limits the
+    # bandwidth a program reaches by the bytes its resident blocks keep in flight (Little's law,
+    # perf/micro.py), and a staged step is fetched this far ahead of its use (construction/pipeline.py)
     latency_ns: float | None = None
+    # block scope: what one block may use when its kernel opts in past capacity_per_block_bytes (a launch
+    # attribute, e.g. for dynamic shared memory); only a ring of staged steps uses it (None: no opt-in)
+    capacity_per_block_optin_bytes: int | None = None
+    # block scope: how many staged steps may be in flight in the layer at once (asynchronous copies, cp.async);
+    # 1: each step is staged, then computed
+    max_stages: int = 1
 
     @property
     def capacity(self) -> int:
@@ -253,6 +260,10 @@ class HardwareDesc:
                 d["vector_bytes"] = layer.vector_bytes
             if layer.latency_ns is not None:
                 d["latency_ns"] = layer.latency_ns
+            if layer.capacity_per_block_optin_bytes is not None:
+                d["capacity_per_block_optin_bytes"] = layer.capacity_per_block_optin_bytes
+            if layer.max_stages != 1:
+                d["max_stages"] = layer.max_stages
             memory.append(d)
         par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
         if par["hardware_threads_per_unit"] is None:

@@ -42,19 +42,21 @@ TOP_KEYS = ("extends", "name", "vendor", "backend", "target", "notes", "memory",
 TOP_REQUIRED = ("name", "vendor", "backend", "target", "memory", "parallelism", "compute")
 LAYER_KEYS = ("name", "scope", "capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
               "capacity_per_thread_bytes", "bandwidth_gbps", "transaction_bytes", "line_bytes", "banks",
-              "bank_width_bytes", "streaming_stores", "alias_bytes", "vector_bytes", "latency_ns")
+              "bank_width_bytes", "streaming_stores", "alias_bytes", "vector_bytes", "latency_ns",
+              "capacity_per_block_optin_bytes", "max_stages")
 # scope -> (required capacity/bank keys, optional ones); everything else of LAYER_KEYS' capacity/bank keys
 # is not used by that scope and is an error.
 SCOPE_KEYS = {
     "device": (("capacity_bytes",), ("banks", "bank_width_bytes", "streaming_stores", "vector_bytes",
                                      "latency_ns")),
     "cache": (("capacity_bytes",), ("capacity_per_unit_bytes", "banks", "bank_width_bytes", "alias_bytes")),
-    "block": (("capacity_per_unit_bytes", "capacity_per_block_bytes", "banks", "bank_width_bytes"), ()),
+    "block": (("capacity_per_unit_bytes", "capacity_per_block_bytes", "banks", "bank_width_bytes"),
+              ("capacity_per_block_optin_bytes", "max_stages")),
     "thread": (("capacity_per_unit_bytes", "capacity_per_thread_bytes"), ("banks", "bank_width_bytes")),
 }
 SCOPED_KEYS = ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
                "capacity_per_thread_bytes", "banks", "bank_width_bytes", "streaming_stores", "alias_bytes",
-               "vector_bytes", "latency_ns")
+               "vector_bytes", "latency_ns", "capacity_per_block_optin_bytes", "max_stages")
 # The key that holds what one consumer of the layer can use, compared between neighbouring layers.
 CONSUMER_CAPACITY = {"device": "capacity_bytes", "cache": "capacity_bytes",
                      "block": "capacity_per_block_bytes", "thread": "capacity_per_thread_bytes"}
@@ -76,6 +78,8 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "gflops": (1e-6, 1e9, " GFLOP/s"),
     "capacity_bytes": (1, 2**50, " bytes"), "capacity_per_unit_bytes": (1, 2**40, " bytes"),
     "capacity_per_block_bytes": (1, 2**40, " bytes"), "capacity_per_thread_bytes": (1, 2**20, " bytes"),
+    "capacity_per_block_optin_bytes": (1, 2**40, " bytes"), "latency_ns": (1e-3, 1e7, " ns"),
+    "max_stages": (1, 16, ""),
     "transaction_bytes": (1, 2**20, " bytes"), "line_bytes": (1, 2**20, " bytes"), "banks": (1, 2**16, ""),
     "bank_width_bytes": (1, 2**10, " bytes"), "vector_bytes": (1, 256, " bytes"), "latency_ns": (1e-3, 1e7, " ns"),
     "compute_units": (1, 2**24, ""), "sub_partitions": (1, 2**10, ""), "warp_size": (1, 2**12, ""),
@@ -687,7 +691,7 @@ class _Checker:
                 raise self.fail(path, f"missing key {key!r}")
         sizes: dict[str, int | None] = {}
         for key in ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
-                    "capacity_per_thread_bytes"):
+                    "capacity_per_thread_bytes", "capacity_per_block_optin_bytes"):
             v = value.get(key)
             sizes[key] = None if (v is None and key not in required) else self.size(v, path + (key,))
         bw_path = path + ("bandwidth_gbps",)
@@ -721,10 +725,13 @@ class _Checker:
         if vector is not None:
             vector = self.pow2(vector, path + ("vector_bytes",))
         latency = value.get("latency_ns")
-        if latency is not None:
-            latency = self.number(latency, path + ("latency_ns",))
+        latency = None if latency is None else self.number(latency, path + ("latency_ns",))
+        stages = value.get("max_stages", 1)
+        stages = self.pos_int(stages, path + ("max_stages",))
         for inner, outer in (("capacity_per_block_bytes", "capacity_per_unit_bytes"),
-                             ("capacity_per_thread_bytes", "capacity_per_unit_bytes")):
+                             ("capacity_per_thread_bytes", "capacity_per_unit_bytes"),
+                             ("capacity_per_block_optin_bytes", "capacity_per_unit_bytes"),
+                             ("capacity_per_block_bytes", "capacity_per_block_optin_bytes")):
             small, big = sizes[inner], sizes[outer]
             if small is not None and big is not None and small > big:
                 raise self.fail(path + (inner,), f"expected at most {outer} ({format_size(big)}), "
@@ -736,7 +743,9 @@ class _Checker:
                            bandwidth_peak_gbps=peak, bandwidth_effective_gbps=eff,
                            transaction_bytes=transaction, line_bytes=line, banks=banks, bank_width_bytes=width,
                            streaming_stores=streaming, alias_bytes=alias, vector_bytes=vector,
-                           latency_ns=latency)
+                           latency_ns=latency,
+                           capacity_per_block_optin_bytes=sizes["capacity_per_block_optin_bytes"],
+                           max_stages=stages)
 
     def parallelism(self, value: Any, backend: str, required: tuple[str, ...]) -> Parallelism:
         path: tuple = ("parallelism",)

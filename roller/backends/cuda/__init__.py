@@ -42,18 +42,39 @@ DIALECT = Dialect(
     to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4", stream_bytes=16)
 
 
-def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None) -> tuple[list[tuple[str, str, int]], int]:
+def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None,
+                   stages: int = 1) -> tuple[list[tuple[str, str, int]], int]:
     """(buffers as (name, ctype, byte offset), total bytes) of the staged tiles (and the matrix epilogue's
-    scratch) carved out of one dynamic shared allocation."""
+    scratch) carved out of one dynamic shared allocation. With ``stages`` > 1 each tile is a ring of that many
+    (named ``<buffer>_ring``), which the pipelined step loop slices per step."""
     out: list[tuple[str, str, int]] = []
     offset = 0
-    items = [(t.smem, t.ctype, t.smem_elems * _ctype_bytes(t.ctype)) for t in plan.inputs if t.smem]
+    items = [(t.smem + ("_ring" if stages > 1 else ""), t.ctype, stages * ring_slot(t.smem_elems, t.ctype)
+              * _ctype_bytes(t.ctype) if stages > 1 else t.smem_elems * _ctype_bytes(t.ctype))
+             for t in plan.inputs if t.smem]
     if scratch is not None:
         items.append((scratch[0], "float", scratch[1] * 4))
     for name, ctype, nbytes in items:
         out.append((name, ctype, offset))
         offset += -(-nbytes // DYN_ALIGN) * DYN_ALIGN
     return out, offset
+
+
+def ring_slot(elems: int, ctype: str) -> int:
+    """Elements from one ring slot to the next: the staged tile rounded up to DYN_ALIGN bytes, so that every
+    slot starts as aligned as the buffer (cp.async needs 16 bytes, fragment loads 32)."""
+    size = _ctype_bytes(ctype)
+    return -(-elems * size // DYN_ALIGN) * DYN_ALIGN // size
+
+
+def pipeline_stages(prog: RProgram, plan: KernelPlan) -> int:
+    """The ring depth the kernel renders: the program's ``stages`` where every staged tile moves as whole
+    16-byte vectors (what one cp.async copies), else 1 (the synchronous staging loop)."""
+    if prog.stages <= 1 or not plan.staged or not plan.inputs:
+        return 1
+    if not all(t.smem and t.stage_vec for t in plan.inputs):
+        return 1
+    return prog.stages
 
 
 def _ctype_bytes(ctype: str) -> int:
@@ -81,19 +102,25 @@ class CudaBackend(Backend):
         smem = plan.smem_bytes + (mx.scratch_elems * 4 if mx else 0)
         dyn: list[tuple[str, str, int]] = []
         dyn_bytes = 0
-        if plan.staged and smem > STATIC_SMEM_LIMIT:
-            dyn, dyn_bytes = dynamic_layout(plan, (mx.scratch, mx.scratch_elems) if mx else None)
+        pipe = pipeline_stages(prog, plan)
+        # a ring always lives in dynamic shared memory: its size is the stages times the step's tiles, mostly
+        # past the 48 KiB a static declaration may hold
+        if plan.staged and (smem > STATIC_SMEM_LIMIT or pipe > 1):
+            dyn, dyn_bytes = dynamic_layout(plan, (mx.scratch, mx.scratch_elems) if mx else None, pipe)
         bf16 = any(t.dtype == "bfloat16" for t in prog.expr.tensors)
         if plan.stream is not None:
             src = render(plan, DIALECT, TEMPLATES, "stream.cu.j2", line=prog.line(), statement=prog.expr.statement(),
                          s=plan.stream, bf16=bf16)
         else:
             src = render(plan, DIALECT, TEMPLATES, "kernel.cu.j2", line=prog.line() + (" | wmma" if mx else ""),
-                         statement=prog.expr.statement(), mx=mx, dyn=dyn, bf16=bf16)
+                         statement=prog.expr.statement(), mx=mx, dyn=dyn, bf16=bf16, pipe=pipe if pipe > 1 else 0,
+                         ring={t.smem: ring_slot(t.smem_elems, t.ctype) for t in plan.inputs if t.smem})
         launch = launch_json(prog, plan, "cuda")
         launch["shared_bytes"] = dyn_bytes or smem
         launch["dynamic_shared_bytes"] = dyn_bytes
         launch["target"] = hw.target
+        if pipe > 1:
+            launch["stages"] = pipe
         launch["matrix"] = ({"m": mx.m, "n": mx.n, "k": mx.k, "a": mx.a_layout, "b": mx.b_layout}
                             if mx else None)
         return Artifact(plan.name, {f"kernel.{self.file_ext}": src}, launch, main_file=f"kernel.{self.file_ext}",

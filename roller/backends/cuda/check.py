@@ -8,7 +8,9 @@ process compiles it, and ``parse_ptxas`` splits the report per kernel.
 Agreement with the model (roller/perf/micro.py ``resources``), measured over both suites and the four
 NVIDIA descriptions (docs/cuda.md has the figures):
 * shared memory: ptxas' static shared memory equals the model's estimate exactly (the kernel declares the
-  staged tiles the model counts, storage padding included, plus the matrix path's per-warp scratch);
+  staged tiles the model counts, storage padding included, plus the matrix path's per-warp scratch); a
+  pipelined kernel's dynamic allocation is ``stages`` times the staged tiles plus the scratch, each buffer
+  rounded up to DYN_ALIGN bytes, within the opt-in capacity;
 * registers: ptxas / model within ``REG_RANGE`` for the scalar path and ``REG_RANGE_MATRIX`` for the wmma path,
   give or take ``REG_SLACK`` registers. The scalar model counts accumulators, one reduction step of inputs and
   a fixed overhead; ptxas also keeps decoded indices and addresses live (implicit-GEMM gathers: up to 3.1x)
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roller.backends.cuda import BACKEND, STATIC_SMEM_LIMIT
+from roller.backends.cuda import BACKEND, DYN_ALIGN, STATIC_SMEM_LIMIT
 from roller.backends.cuda.toolchain import UnitResult, Usage, compile_units
 from roller.construction import construct
 from roller.hw import HardwareDesc
@@ -52,6 +54,8 @@ class Entry:
     model_registers: int
     model_smem: int
     launch_smem: int
+    stages: int = 1  # the ring depth rendered (launch "stages"); its tiles sit in dynamic shared memory
+    slack: int = 0   # bytes the dynamic layout may add to the model's figure (each buffer starts on DYN_ALIGN)
 
 
 @dataclass
@@ -86,21 +90,24 @@ def build_unit(name: str, ops: list, hw: HardwareDesc) -> Unit:
         sources.append(art.source)
         pred = prog.prediction
         assert pred is not None
+        stages = int(art.launch.get("stages", 1))
         unit.entries.append(Entry(art.kernel_name, prog.line(), prog.use_matrix, prog.block,
-                                  pred.registers_per_thread, _model_smem(prog), art.launch["shared_bytes"]))
+                                  pred.registers_per_thread, _model_smem(prog, stages), art.launch["shared_bytes"],
+                                  stages, _ring_slack(len(prog.expr.inputs), stages)))
     unit.source = "\n".join(sources)
     return unit
 
 
-def _model_smem(prog: Any) -> int:
-    """The model's shared memory of the chosen program (what ``resources`` gave construction)."""
+def _model_smem(prog: Any, stages: int = 1) -> int:
+    """The model's shared memory of the chosen program (what ``resources`` gave construction), its staged
+    tiles times the ring's ``stages``."""
     from roller.construction.matrix import FAMILIES, scratch_bytes
     from roller.perf.traffic import TileGeometry
 
     geo = TileGeometry(prog.expr)
     if prog.scopes[prog.block_level + 1] != "block" or not prog.expr.reduce_axes:
         return 0
-    smem = geo.footprint(prog.block_tile.shape, dict(prog.block_tile.storage_padding))
+    smem = stages * geo.footprint(prog.block_tile.shape, dict(prog.block_tile.storage_padding))
     if prog.matrix is not None:
         warps = prog.block // _hw(prog.hw_name).parallelism.warp_size
         smem += scratch_bytes(FAMILIES[prog.matrix.family], prog.matrix.shape, warps)
@@ -136,11 +143,15 @@ def problems(unit: Unit, result: UnitResult) -> list[str]:
         if max(u.spill_stores, u.spill_loads) > SPILL_LIMIT:
             out.append(f"{where}: spills ({u.spill_stores} B stored, {u.spill_loads} B loaded, "
                        f"{u.stack_bytes} B stack)")
-        smem = u.smem_bytes if e.launch_smem <= STATIC_SMEM_LIMIT else e.launch_smem
-        if smem > smem_cap:
-            out.append(f"{where}: {smem} B shared memory > {smem_cap} B")
-        if smem != e.model_smem:
-            out.append(f"{where}: ptxas {smem} B shared memory, model {e.model_smem} B")
+        smem = shared_bytes(e, u)
+        cap = smem_cap if e.stages == 1 else _smem_cap(unit.hw, optin=True)
+        if smem > cap:
+            out.append(f"{where}: {smem} B shared memory > {cap} B")
+        if e.stages > 1 and u.smem_bytes:
+            out.append(f"{where}: a ring of {e.stages} stages declares {u.smem_bytes} B of static shared memory")
+        if not smem_agrees(unit, e, u):
+            out.append(f"{where}: ptxas {smem} B shared memory, model {e.model_smem} B"
+                       + (f" (+{e.slack} B of alignment allowed)" if e.slack else ""))
         lo_f, hi_f = REG_RANGE_MATRIX if e.use_matrix else REG_RANGE
         lo = math.floor(e.model_registers * lo_f) - REG_SLACK
         hi = math.ceil(e.model_registers * hi_f) + REG_SLACK
@@ -149,8 +160,32 @@ def problems(unit: Unit, result: UnitResult) -> list[str]:
     return out
 
 
-def _smem_cap(hw: HardwareDesc) -> int:
+def shared_bytes(e: Entry, u: Usage) -> int:
+    """The kernel's shared memory: ptxas' static figure, or the dynamic allocation launch.json asks for."""
+    return u.smem_bytes if e.launch_smem <= STATIC_SMEM_LIMIT and e.stages == 1 else e.launch_smem
+
+
+def smem_agrees(unit: Unit, e: Entry, u: Usage) -> bool:
+    """Whether the kernel's shared memory is the model's: exactly, or for a ring up to its alignment slack.
+    In a unit where some kernel declares dynamic shared memory (aligned to DYN_ALIGN), ptxas reports every
+    kernel's static shared memory rounded up to that alignment, where the dynamic window would begin."""
+    smem = shared_bytes(e, u)
+    if e.stages > 1:
+        return 0 <= smem - e.model_smem <= e.slack
+    dynamic = any(x.stages > 1 or x.launch_smem > STATIC_SMEM_LIMIT for x in unit.entries)
+    return smem == e.model_smem or (dynamic and smem == -(-e.model_smem // DYN_ALIGN) * DYN_ALIGN)
+
+
+def _ring_slack(inputs: int, stages: int) -> int:
+    """Bytes a ring's dynamic layout may exceed the model's figure by: each slot rounded up to DYN_ALIGN, each
+    ring and the scratch buffer started on it."""
+    return DYN_ALIGN * (stages * inputs + inputs + 1) if stages > 1 else 0
+
+
+def _smem_cap(hw: HardwareDesc, optin: bool = False) -> int:
     layer = next(m for m in hw.memory if m.scope == "block")
+    if optin and layer.capacity_per_block_optin_bytes:
+        return layer.capacity_per_block_optin_bytes
     return layer.capacity_per_block_bytes or 0
 
 

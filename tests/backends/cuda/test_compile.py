@@ -60,7 +60,8 @@ def test_suite_compiles_within_limits(compiled, suite: str, desc: str) -> None: 
 
 def test_tensor_core_path_is_compiled(compiled) -> None:  # type: ignore[no-untyped-def]
     """The float16 GEMM-shaped ops of the 119 suite mostly take the wmma path, and those kernels compile with
-    ptxas' shared memory equal to the model's (staged tiles + per-warp scratch)."""
+    ptxas' shared memory equal to the model's (staged tiles + per-warp scratch; a ring's dynamic allocation:
+    stages x the staged tiles + scratch, up to its alignment)."""
     for desc in ("a100", "h100"):
         unit, result = compiled[f"roller119_{desc}"]
         wmma = [e for e in unit.entries if e.use_matrix]
@@ -68,7 +69,7 @@ def test_tensor_core_path_is_compiled(compiled) -> None:  # type: ignore[no-unty
         assert len(wmma) >= len(f16) // 2, [e.line for e in f16]
         for e in wmma:
             assert "mma_sync" in unit.source
-            assert result.usage[e.kernel].smem_bytes == e.model_smem
+            assert check.smem_agrees(unit, e, result.usage[e.kernel]), e.line
 
 
 def test_sm70_uses_cuda12_nvrtc() -> None:

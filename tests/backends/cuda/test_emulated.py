@@ -4,6 +4,7 @@ roller.reference. No GPU here: this checks what the kernels compute with -- the 
 layouts, leading dimensions and offsets, the per-warp epilogue, the guards -- not the hardware's wmma."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {{
 
 def run_emulated(art, tmp: Path) -> Path:  # type: ignore[no-untyped-def]
     src = re.sub(r"^#include <(cuda_fp16|cuda_bf16|mma)\.h>$", "", art.source, flags=re.MULTILINE)
+    # blocks run one after another here, so the dynamic allocation is one static array of the launch's size
+    src = src.replace("extern __shared__ __align__(128) unsigned char rl_dyn_smem[];",
+                      f"__shared__ __align__(128) unsigned char rl_dyn_smem[{art.launch['dynamic_shared_bytes']}];")
     specs = art.launch["arguments"]
     ctypes_ = {"float64": "double", "float32": "float", "float16": "__half"}
     loads = []
@@ -155,3 +159,61 @@ def test_float64_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
     x = random_inputs(op, seed=3)
     y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float64)
     check_against(p.line(), op, x, y.reshape(op.output.shape))
+
+
+PIPELINED = [{"op": "matmul", "M": 72, "N": 80, "K": 256},                       # M past the block: zero-filled rows
+             {"op": "matmul", "M": 64, "N": 48, "K": 320, "transpose_b": True}]
+
+
+def _pipelined(spec: dict, stages: int):  # type: ignore[no-untyped-def]
+    """(op, program, artifact): the first small matrix program of ``spec`` rendered as a ``stages``-deep ring."""
+    op = load_ops(dict(spec, dtype="float16"))[0]
+    hw = H.load("h100")
+    progs = [p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support)
+             if p.use_matrix and p.grid * p.block <= 4096]
+    assert progs, "no small matrix program to emulate"
+    p = dataclasses.replace(progs[0], stages=stages)
+    art = CUDA.render(p, hw)
+    assert art.launch.get("stages") == stages, "every staged tile here is in whole 16-byte rows: it must pipeline"
+    steps = art.extra["plan"].n_rtiles
+    assert steps >= 2 * stages, f"{steps} steps do not wrap a ring of {stages} twice"
+    return op, p, art
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("spec", PIPELINED)
+def test_pipelined_kernels_match_reference(spec: dict, stages: int, tmp_path: Path) -> None:
+    """The cp.async ring (copies land only at their wait, poisoned until then) computes what numpy does."""
+    op, p, art = _pipelined(spec, stages)
+    assert art.source.count("__syncthreads();") == 1, "one barrier a step"
+    assert f"rl_cp_async_wait<{stages - 2}>();" in art.source
+    x = random_inputs(op, seed=5)
+    y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float16)
+    check_against(p.line(), op, x, y.reshape(op.output.shape))
+
+
+def _wait_short(src: str) -> str:
+    """The step's wait one group short: it returns before the step's own copies have landed."""
+    return src.replace("rl_cp_async_wait<1>();", "rl_cp_async_wait<2>();")
+
+
+def _prefetch_before_barrier(src: str) -> str:
+    """The prefetch issued before the barrier: it overwrites the slot that slower warps still read for the
+    previous step (a write-after-read race)."""
+    pattern = re.compile(r"(        rl_cp_async_wait<1>\(\);\n)(        __syncthreads\(\);\n)(        \{\n.*?"
+                         r"            rl_cp_async_commit\(\);\n        \}\n)", re.DOTALL)
+    return pattern.sub(r"\1\3\2", src)
+
+
+@pytest.mark.parametrize("broken", [_wait_short, _prefetch_before_barrier])
+def test_emulation_catches_a_broken_pipeline(broken, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Negative controls: each ordering bug, edited into a correct 3-stage kernel, must give wrong outputs
+    (the poisoned, not yet landed slots are read), so the emulation above can see such bugs."""
+    op, _, art = _pipelined(PIPELINED[0], 3)
+    src = broken(art.source)
+    assert src != art.source, "the edit must apply"
+    art.files[art.main_file] = src
+    x = random_inputs(op, seed=5)
+    y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float16).astype(np.float32)
+    ref = roller.reference(op, x)
+    assert np.isnan(y).any() and not np.allclose(y.reshape(ref.shape), ref, rtol=1e-2, atol=1e-2)

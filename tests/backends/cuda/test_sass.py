@@ -10,7 +10,7 @@ import pytest
 import roller.hw as H
 from roller.backends import get
 from roller.backends.cuda import sass
-from roller.backends.cuda.toolchain import compile_unit, nvcc_path
+from roller.backends.cuda.toolchain import Usage, compile_unit, nvcc_path
 from roller.construction import construct
 from roller.ir import load_ops
 
@@ -18,15 +18,22 @@ pytestmark = [pytest.mark.nvcc,
               pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed"),
               pytest.mark.skipif(not sass.available(), reason="cuobjdump/nvdisasm are not installed")]
 CUDA = get("cuda")
+ROOT = Path(__file__).resolve().parents[3]
+MM4096 = {"name": "mm", "op": "matmul", "M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}
 
 
-def top1_sass(op: dict, hw_name: str, tmp_path: Path) -> list[str]:
+def compiled(op: dict, hw_name: str, tmp_path: Path) -> tuple[list[str], Usage, dict]:
+    """(SASS opcodes, ptxas usage, launch) of the top-1 program of ``op`` on ``hw_name``."""
     hw = H.load(hw_name)
     prog = construct(load_ops(op)[0], hw, top_k=1, matrix=CUDA.matrix_support)[0]
     art = CUDA.render(prog, hw)
-    res = compile_unit(art.source, hw.target, tmp_path, art.kernel_name, keep_cubin=True)
+    res = compile_unit(art.source, hw.target, tmp_path, art.kernel_name, keep_cubin=True, use_cache=False)
     assert res.cubin is not None
-    return sass.instructions(res.cubin, art.kernel_name)
+    return sass.instructions(res.cubin, art.kernel_name), res.usage[art.kernel_name], art.launch
+
+
+def top1_sass(op: dict, hw_name: str, tmp_path: Path) -> list[str]:
+    return compiled(op, hw_name, tmp_path)[0]
 
 
 def test_float16_matmul_stages_16_byte_rows_and_runs_tensor_cores(tmp_path: Path) -> None:
@@ -42,3 +49,26 @@ def test_count_takes_modifiers_after_the_prefix_only() -> None:
     assert sass.count(ops, "LDG.E.128") == 1
     assert sass.count(ops, "LDG") == 2          # LDGSTS is another instruction, not a modifier of LDG
     assert sass.count(ops, "BAR.SYNC") == 1 and sass.count(ops, "LDGSTS") == 1
+
+
+def test_pipelined_float16_gemm_is_async_copies_and_one_barrier_a_step(tmp_path: Path) -> None:
+    """The ring (issue 41, F1) compiles to cp.async copies (LDGSTS), their group barriers (LDGDEPBAR /
+    DEPBAR) and one block barrier a step, all in dynamic shared memory, nothing spilled."""
+    ops, usage, launch = compiled(MM4096, "h200", tmp_path)
+    assert launch.get("stages", 1) >= 2, "construction must pipeline the 4096^3 float16 GEMM on h200"
+    assert sass.count(ops, "LDGSTS.E.BYPASS.128") > 0
+    assert sass.count(ops, "LDGDEPBAR") > 0 and sass.count(ops, "DEPBAR.LE") > 0
+    assert sass.count(ops, "BAR.SYNC") == 1, "one block barrier a step (the epilogue syncs warps only)"
+    assert sass.count(ops, "HMMA.16816.F32") > 0
+    assert sass.count(ops, "LDL") == sass.count(ops, "STL") == 0
+    assert usage.spill_stores == usage.spill_loads == 0
+    assert usage.smem_bytes == 0, "the ring is all dynamic shared memory"
+    assert launch["dynamic_shared_bytes"] == launch["shared_bytes"] > 48 * 1024
+
+
+def test_one_stage_control_has_no_async_copies(tmp_path: Path) -> None:
+    """The A/B description capped at one stage renders the synchronous loop: the assertions above fail on it."""
+    ops, _, launch = compiled(MM4096, str(ROOT / "bench/hw/h200-s1.yaml"), tmp_path)
+    assert "stages" not in launch
+    assert sass.count(ops, "LDGSTS") == 0 and sass.count(ops, "DEPBAR.LE") == 0
+    assert sass.count(ops, "BAR.SYNC") == 2

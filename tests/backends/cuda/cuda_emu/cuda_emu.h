@@ -3,14 +3,21 @@
 // is a std::thread; blocks run one after another, so __shared__ arrays can be function statics.
 // wmma fragments hold the whole tile in every lane (the semantics of the collective operations, not the
 // hardware's distribution over lanes): this checks which memory a kernel hands to wmma, not wmma itself.
+// cp.async completes late on purpose: an issued copy fills its destination with 0xFF bytes (NaN halves and
+// floats) at once and lands only when a wait retires its group, so a kernel that reads a slot before its
+// wait, or overwrites a slot another thread still reads, computes NaNs instead of passing by luck.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
+
+#define ROLLER_EMU 1  // the generated kernels then take the cp.async helpers below instead of their PTX
 
 typedef _Float16 __half;
 struct uint4 { unsigned x, y, z, w; };   // 16-byte staging loads (-O1: no strict-aliasing assumptions)
@@ -31,6 +38,23 @@ inline void __syncwarp() { emu_warp_barriers[threadIdx.x / 32]->arrive_and_wait(
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 using std::min;
 using std::max;
+
+struct EmuCopy { void* dst; std::array<unsigned char, 16> bytes; };
+inline thread_local std::vector<EmuCopy> emu_open_group;          // issued since the last commit
+inline thread_local std::deque<std::vector<EmuCopy>> emu_groups;  // committed, not yet retired, oldest first
+inline void rl_cp_async16(void* dst, const void* src) {
+    EmuCopy c{dst, {}};
+    std::memcpy(c.bytes.data(), src, 16);  // the inputs do not change during a launch: read now, land later
+    std::memset(dst, 0xFF, 16);
+    emu_open_group.push_back(c);
+}
+inline void rl_cp_async_commit() { emu_groups.push_back(std::move(emu_open_group)); emu_open_group.clear(); }
+template <int N> inline void rl_cp_async_wait() {
+    while (emu_groups.size() > (size_t)N) {
+        for (const EmuCopy& c : emu_groups.front()) std::memcpy(c.dst, c.bytes.data(), 16);
+        emu_groups.pop_front();
+    }
+}
 
 namespace nvcuda { namespace wmma {
 struct matrix_a {}; struct matrix_b {}; struct accumulator {};
