@@ -81,7 +81,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "capacity_per_block_optin_bytes": (1, 2**40, " bytes"), "latency_ns": (1e-3, 1e7, " ns"),
     "max_stages": (1, 16, ""),
     "transaction_bytes": (1, 2**20, " bytes"), "line_bytes": (1, 2**20, " bytes"), "banks": (1, 2**16, ""),
-    "bank_width_bytes": (1, 2**10, " bytes"), "vector_bytes": (1, 256, " bytes"), "latency_ns": (1e-3, 1e7, " ns"),
+    "bank_width_bytes": (1, 2**10, " bytes"), "vector_bytes": (1, 256, " bytes"),
     "compute_units": (1, 2**24, ""), "sub_partitions": (1, 2**10, ""), "warp_size": (1, 2**12, ""),
     "max_threads_per_block": (1, 2**20, ""), "max_threads_per_unit": (1, 2**24, ""),
     "max_blocks_per_unit": (1, 2**20, ""), "registers_per_unit": (1, 2**30, ""),
