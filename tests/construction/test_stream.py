@@ -79,4 +79,4 @@ def test_inflight_bandwidth_is_littles_law() -> None:
     geo = TileGeometry(prepared(load_ops(E0)[0], hw))
     assert inflight_bandwidth(geo, hw, (128,), 16) == pytest.approx(132 * 16 * 512 / 600e-9)
     assert inflight_bandwidth(geo, hw, (512,), 16) == pytest.approx(4 * 132 * 16 * 512 / 600e-9)
-    assert inflight_bandwidth(geo, H.load("a100"), (128,), 16) == float("inf")   # no latency_ns: no cap
+    assert inflight_bandwidth(geo, H.load("v100"), (128,), 16) == float("inf")   # no latency_ns: no cap
