@@ -166,13 +166,14 @@ PIPELINED = [{"op": "matmul", "M": 72, "N": 80, "K": 256},                      
 
 
 def _pipelined(spec: dict, stages: int):  # type: ignore[no-untyped-def]
-    """(op, program, artifact): the first small matrix program of ``spec`` rendered as a ``stages``-deep ring."""
+    """(op, program, artifact): the small matrix program of ``spec`` with the shallowest reduction step (the most
+    steps: the ring must wrap), rendered as a ``stages``-deep ring."""
     op = load_ops(dict(spec, dtype="float16"))[0]
     hw = H.load("h100")
     progs = [p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support)
              if p.use_matrix and p.grid * p.block <= 4096]
     assert progs, "no small matrix program to emulate"
-    p = dataclasses.replace(progs[0], stages=stages)
+    p = dataclasses.replace(min(progs, key=lambda p: p.block_tile.shape[-1]), stages=stages)
     art = CUDA.render(p, hw)
     assert art.launch.get("stages") == stages, "every staged tile here is in whole 16-byte rows: it must pipeline"
     steps = art.extra["plan"].n_rtiles
