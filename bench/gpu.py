@@ -352,6 +352,8 @@ def sass_problems(launch: dict[str, Any], feats: dict[str, int]) -> list[str]:
     out = [f"{op} (spills)" for op in ("LDL", "STL") if feats.get(op)]
     if int(launch.get("stages", 1)) > 1 and not feats.get("LDGSTS"):
         out.append("a pipelined kernel without LDGSTS (cp.async)")
+    if " vector " in str(launch.get("rprogram", "")) and not feats.get("LDG.E.128"):
+        out.append("a vector program without 16-byte loads (LDG.E.128)")
     return out
 
 

@@ -182,3 +182,6 @@ def test_sass_gate_flags_spills_and_a_pipeline_without_cp_async() -> None:
     assert gpu.sass_problems({"stages": 3}, clean) == []
     assert gpu.sass_problems({"stages": 3}, dict(clean, LDGSTS=0)) == ["a pipelined kernel without LDGSTS (cp.async)"]
     assert gpu.sass_problems({}, dict(clean, LDGSTS=0, STL=2)) == ["STL (spills)"]
+    vector = {"rprogram": "global>shared 4096 | shared>register 8 | grid 528 | block 512 | vector 4 grid-stride"}
+    assert gpu.sass_problems(vector, dict(clean, **{"LDG.E.128": 10})) == []
+    assert gpu.sass_problems(vector, clean) == ["a vector program without 16-byte loads (LDG.E.128)"]
