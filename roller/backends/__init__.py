@@ -64,6 +64,9 @@ class Backend(abc.ABC):
     dtypes: ClassVar[tuple[str, ...]] = ("float32",)
     #: matrix instructions it renders (construction offers matrix programs for these only)
     matrix_support: ClassVar[tuple[MatrixSupport, ...]] = ()
+    #: whether it renders and launches split-K programs (``RProgram.reduce_threads`` > 1: a second kernel that
+    #: sums partials from a workspace, roller/construction/splitk.py); construction offers them only then
+    split_k: ClassVar[bool] = False
     #: ``parallelism`` keys a description of this backend must give (optional for the others)
     required_parallelism: ClassVar[tuple[str, ...]] = ()
     #: environment variables (``roller.settings``) that change what it renders or compiles: part of the

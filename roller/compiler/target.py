@@ -145,7 +145,8 @@ class Target:
             if found is None:
                 found = self._stored(expr, top_k)
             if found is None:
-                found = construct(expr, self.hw, top_k=top_k, matrix=self.matrix_support)
+                found = construct(expr, self.hw, top_k=top_k, matrix=self.matrix_support,
+                                  split_k=self.backend.split_k)
                 self._store(expr, top_k, found)
                 with self._lock:
                     self._programs[content + (expr.name,)] = found

@@ -13,6 +13,7 @@ from roller.construction.exchange import exchange_fed
 from roller.construction.matrix import MatrixSupport, matrix_programs
 from roller.construction.pipeline import exposed_latency_s, with_stages
 from roller.construction.scaleout import shrink_for_parallelism
+from roller.construction.splitk import split_program, split_programs
 from roller.construction.stream import stream_programs
 from roller.errors import InputError
 from roller.hw import HardwareDesc, MemoryLayer, load
@@ -58,10 +59,12 @@ def levels(hw: HardwareDesc) -> tuple[int, int]:
 
 def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
               gemm_conv: bool = True, shrink: bool = True,
-              matrix: Iterable[MatrixSupport] = ()) -> list[RProgram]:
+              matrix: Iterable[MatrixSupport] = (), split_k: bool = False) -> list[RProgram]:
     """The ``top_k`` rPrograms for ``op`` on ``hw``, best predicted first (deterministic). ``matrix``: the
     matrix instructions the backend that will render the programs can emit (its capabilities); programs for
-    the description's instructions among them compete with the scalar ones. Without it, none are built."""
+    the description's instructions among them compete with the scalar ones. Without it, none are built.
+    ``split_k``: the caller renders and launches split-K programs (``Backend.split_k``: a second kernel and a
+    workspace, construction/splitk.py); they then compete where the output tiles do not fill the device."""
     if top_k < 1:
         raise InputError(f"top_k must be at least 1, got {top_k}")
     hwd = load(hw) if isinstance(hw, str) else hw
@@ -81,7 +84,7 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     unique: dict[tuple, RProgram] = {}
     forms = []
     for i, form in enumerate(variants):
-        built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix)
+        built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix, split_k)
         forms.append((form, geo))
         for p in (with_stages(b, hwd) for b in built):
             unique.setdefault((i, p.key()), p)
@@ -130,7 +133,8 @@ def _shares_reads(expr: TensorExpr) -> bool:
 
 
 def _programs_of(expr: TensorExpr, hwd: HardwareDesc, block_level: int, thread_level: int, top_k: int,
-                 shrink: bool, matrix: Iterable[MatrixSupport]) -> tuple[list[RProgram], Search, TileGeometry]:
+                 shrink: bool, matrix: Iterable[MatrixSupport],
+                 split_k: bool = False) -> tuple[list[RProgram], Search, TileGeometry]:
     """The candidate programs of a prepared ``expr`` (scalar and matrix), with the search and geometry that
     built them (for the message when none fits)."""
     geo = TileGeometry(expr)
@@ -166,6 +170,8 @@ def _programs_of(expr: TensorExpr, hwd: HardwareDesc, block_level: int, thread_l
     progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool, support=matrix)
     # ops with no reuse on a description with a wide access: vector, grid-stride programs compete as well
     progs += stream_programs(expr, geo, hwd, block_level, thread_level)
+    if split_k:
+        progs += split_programs(progs, hwd)
     return progs, search, geo
 
 
@@ -336,6 +342,12 @@ def predict_program(prog: RProgram, hw: HardwareDesc) -> Prediction | None:
     predicted by its first stage (``row_proxy``): the storing pass costs every program of it the same."""
     if prog.expr.stages:
         prog = dataclasses.replace(prog, expr=row_proxy(prog.expr))
+    if prog.reduce_threads > 1:   # split-K: the unsplit tiles' resources, then the split's own prediction
+        s = prog.reduce_threads
+        base = dataclasses.replace(prog, reduce_threads=1, grid=prog.grid // s)
+        base = dataclasses.replace(base, prediction=predict_program(base, hw))
+        split = split_program(base, s, hw) if base.prediction is not None else None
+        return split.prediction if split is not None else None
     shapes = tuple(t.shape for t in prog.tiles)
     padding = dict(prog.tiles[prog.block_level].storage_padding)
     # a grid-stride program's grid is what runs at once; the model counts its tiles

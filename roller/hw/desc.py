@@ -96,6 +96,8 @@ class Parallelism:
     max_registers_per_thread: int
     register_tile_budget: int       # elements of the register tile one thread may hold (ROLLER reg_cap[1])
     hardware_threads_per_unit: int | None = None   # IPU worker contexts per tile (6); None elsewhere
+    # most blocks construction may split one output tile's reduction over (split-K); 1: never split
+    max_split_k: int = 8
 
     @property
     def max_warps_per_unit(self) -> int:
@@ -268,6 +270,8 @@ class HardwareDesc:
         par = {k: getattr(self.parallelism, k) for k in self.parallelism.__dataclass_fields__}
         if par["hardware_threads_per_unit"] is None:
             del par["hardware_threads_per_unit"]
+        if par["max_split_k"] == Parallelism.max_split_k:   # the default: descriptions without it hash as before
+            del par["max_split_k"]
         compute: dict[str, Any] = {}
         for dtype, entry in self.compute.items():
             c: dict[str, Any] = {"vector": {"peak_tflops": entry.vector.peak_tflops,

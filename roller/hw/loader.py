@@ -62,8 +62,8 @@ CONSUMER_CAPACITY = {"device": "capacity_bytes", "cache": "capacity_bytes",
                      "block": "capacity_per_block_bytes", "thread": "capacity_per_thread_bytes"}
 PAR_KEYS = ("compute_units", "sub_partitions", "warp_size", "max_threads_per_block", "max_threads_per_unit",
             "max_blocks_per_unit", "registers_per_unit", "max_registers_per_thread", "register_tile_budget",
-            "hardware_threads_per_unit")
-PAR_REQUIRED = PAR_KEYS[:-1]
+            "hardware_threads_per_unit", "max_split_k")
+PAR_REQUIRED = PAR_KEYS[:-2]
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
@@ -86,7 +86,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "max_threads_per_block": (1, 2**20, ""), "max_threads_per_unit": (1, 2**24, ""),
     "max_blocks_per_unit": (1, 2**20, ""), "registers_per_unit": (1, 2**30, ""),
     "max_registers_per_thread": (1, 2**20, ""), "register_tile_budget": (1, 2**20, ""),
-    "hardware_threads_per_unit": (1, 2**20, ""), "rows": (1, 2**16, ""), "cols": (1, 2**16, ""),
+    "hardware_threads_per_unit": (1, 2**20, ""), "max_split_k": (1, 1024, ""), "rows": (1, 2**16, ""), "cols": (1, 2**16, ""),
 }
 
 _UNITS = {"": 1, "B": 1,
@@ -774,7 +774,9 @@ class _Checker:
             raise self.fail(path + ("register_tile_budget",),
                             f"expected at most max_registers_per_thread ({v['max_registers_per_thread']}), "
                             f"got {v['register_tile_budget']}")
-        return Parallelism(**v, hardware_threads_per_unit=hw_threads)
+        split = value.get("max_split_k")
+        split = Parallelism.max_split_k if split is None else self.pos_int(split, path + ("max_split_k",))
+        return Parallelism(**v, hardware_threads_per_unit=hw_threads, max_split_k=split)
 
     def peak(self, value: Any, path: tuple) -> ComputePeak:
         self.mapping(value, path, ("peak_tflops", "effective_tflops"), ("peak_tflops", "effective_tflops"))

@@ -146,6 +146,14 @@ def predict(geo: TileGeometry, hw: HardwareDesc, tiles: tuple[tuple[int, ...], .
         layer_times.append((layer.name, t))
     compute_time = rounds * compute_block / latency_eff
     time = max([compute_time] + [t for _, t in layer_times])
+    exposed = unhidden_staging(geo, hw, block_level, resident, bpu)
+    if exposed:
+        # The generated GPU kernels stage a block's tiles, wait at a barrier, then compute: only the other
+        # resident blocks' compute overlaps a block's loads. A grid that leaves the units fewer blocks than they
+        # could hold (fewer tiles than units x resident blocks: M6 at 128 blocks on 132 SMs ran 0.13x cuBLAS)
+        # pays that share of its staging and compute one after the other; split-K programs fill those slots.
+        staging = max(t for _, t in layer_times[:block_level + 1])
+        time += exposed * min(compute_time, staging)
     bottleneck = "compute"
     for name, t in layer_times:
         if t >= time and t > compute_time:
@@ -177,6 +185,18 @@ def inflight_bandwidth(geo: TileGeometry, hw: HardwareDesc, block_tile: tuple[in
         return math.inf
     inflight = sum(math.prod(geo.region(t, block_tile)) * t.itemsize for t in geo.inputs)
     return hw.parallelism.compute_units * max(1, resident) * inflight / (latency * 1e-9)
+def unhidden_staging(geo: TileGeometry, hw: HardwareDesc, block_level: int, resident: int,
+                     blocks_per_unit: int) -> float:
+    """The share of a block's staging that runs apart from compute on a GPU whose units hold ``resident`` of
+    the ``blocks_per_unit`` blocks they could: 1 / ``resident`` (the other resident blocks' compute covers the
+    rest), and none once every slot is filled (a grid that fills the device keeps the model's usual overlap).
+    It does not depend on how many more blocks would fit: a program with room for 13 is no slower than one with
+    room for 4 at the same residency (a scaled-suite convolution's ranking turned on that). 0 for
+    kernels that stage nothing (no reduction, or no block-scope layer)."""
+    if hw.parallelism.warp_size == 1 or hw.memory[block_level + 1].scope != "block" or not geo.expr.reduce_axes \
+            or blocks_per_unit <= 1 or resident >= blocks_per_unit:
+        return 0.0
+    return 1.0 / resident
 
 
 #: what one output lane stored on its own costs, in the device's peak FLOPs (two 16-lane vector FMAs)

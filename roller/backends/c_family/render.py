@@ -35,7 +35,9 @@ def render(plan: KernelPlan, dialect: Dialect, template_dir: Path, template: str
         """The pad value as an input tile's element (``ctype``), for the points outside the tensor."""
         return dialect.store(ctype, plan.pad_value)
 
+    # ``split`` (a split-K form, CUDA only) is off unless a dialect's backend passes one
     text = env.get_template(template).render(p=plan, from_acc=from_acc, pad_of=pad_of,
-                                            dialect_stage_vector=dialect.stage_vector, **extra)
+                                            dialect_stage_vector=dialect.stage_vector,
+                                            **{"split": None, **extra})
     # Templates keep their structure readable; the generated file drops the blank lines that leaves.
     return "\n".join(line for line in text.splitlines() if line.strip()) + "\n"

@@ -8,6 +8,7 @@ Nothing here touches the CUDA driver unless a GPU was detected first (roller/bac
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from roller.backends.c_family.launch import launch_json
 from roller.backends.c_family.plan import Dialect, KernelPlan, lower
 from roller.backends.c_family.render import render
 from roller.construction.matrix import MatrixSupport
+from roller.construction.splitk import REDUCE_BLOCK, output_tiles, per_split, reduction_tiles, splittable
 from roller.runtime.device import Device, Runner
 
 if TYPE_CHECKING:
@@ -70,11 +72,51 @@ def ring_slot(elems: int, ctype: str) -> int:
 def pipeline_stages(prog: RProgram, plan: KernelPlan) -> int:
     """The ring depth the kernel renders: the program's ``stages`` where every staged tile moves as whole
     16-byte vectors (what one cp.async copies), else 1 (the synchronous staging loop)."""
-    if prog.stages <= 1 or not plan.staged or not plan.inputs:
-        return 1
+    if prog.stages <= 1 or prog.reduce_threads > 1 or not plan.staged or not plan.inputs:
+        return 1   # a split program's steps are a range of the block's own: the ring walks them all
     if not all(t.smem and t.stage_vec for t in plan.inputs):
         return 1
     return prog.stages
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How a split-K program renders: ``factor`` blocks per output tile (``tiles`` of them), each walking
+    ``per`` reduction tiles, partials in a float32 workspace [factor, outputs], summed by ``reduce_name``."""
+
+    factor: int
+    tiles: int
+    per: int
+    outputs: int
+    reduce_name: str
+    reduce_block: int = REDUCE_BLOCK
+
+    @property
+    def reduce_grid(self) -> int:
+        return -(-self.outputs // self.reduce_block)
+
+    def launch(self) -> dict[str, Any]:
+        """launch.json's ``split_k``: the first kernel takes the workspace after its other arguments; the
+        second takes (workspace, output)."""
+        return {"factor": self.factor, "workspace_bytes": self.factor * self.outputs * 4,
+                "workspace_dtype": "float32", "workspace_shape": [self.factor, self.outputs],
+                "reduce_kernel": self.reduce_name, "reduce_grid": [self.reduce_grid, 1, 1],
+                "reduce_block": [self.reduce_block, 1, 1]}
+
+
+def split_plan(prog: RProgram, plan: KernelPlan) -> SplitPlan | None:
+    """The split-K form of ``prog`` (None when it is not split); ValueError for a split the kernels cannot
+    render (construction offers none of those)."""
+    s = prog.reduce_threads
+    if s == 1:
+        return None
+    steps = reduction_tiles(prog)
+    if s < 1 or not plan.staged or not splittable(prog.expr) or prog.runtime or plan.output.view is not None \
+            or plan.epilogue != "rl_r" or plan.acc_ctype != "float" or plan.n_rtiles != steps or s > steps \
+            or prog.grid % s:
+        raise ValueError(f"{prog.expr.name}: {prog.line()} is not a split-K program the CUDA kernels render")
+    return SplitPlan(factor=s, tiles=output_tiles(prog), per=per_split(prog), outputs=prog.expr.output.size,
+                     reduce_name=f"{plan.name}_splitk_sum")
 
 
 def _ctype_bytes(ctype: str) -> int:
@@ -93,6 +135,9 @@ class CudaBackend(Backend):
     matrix_support = (MatrixSupport("wmma", "float16", (16, 16, 16)),
                       MatrixSupport("wmma", "bfloat16", (16, 16, 16)))
     cache_env = ("ROLLER_CUDA_COMPILER",)
+    # CudaRunner.launch runs the split program's two kernels with a workspace it owns (the single-op runner and
+    # the graph executor alike)
+    split_k = True
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         from roller.backends.cuda.matrix import matrix_plan
@@ -108,13 +153,14 @@ class CudaBackend(Backend):
         if plan.staged and (smem > STATIC_SMEM_LIMIT or pipe > 1):
             dyn, dyn_bytes = dynamic_layout(plan, (mx.scratch, mx.scratch_elems) if mx else None, pipe)
         bf16 = any(t.dtype == "bfloat16" for t in prog.expr.tensors)
+        split = split_plan(prog, plan)
         if plan.stream is not None:
             src = render(plan, DIALECT, TEMPLATES, "stream.cu.j2", line=prog.line(), statement=prog.expr.statement(),
                          s=plan.stream, bf16=bf16)
         else:
             src = render(plan, DIALECT, TEMPLATES, "kernel.cu.j2", line=prog.line() + (" | wmma" if mx else ""),
                          statement=prog.expr.statement(), mx=mx, dyn=dyn, bf16=bf16, pipe=pipe if pipe > 1 else 0,
-                         ring={t.smem: ring_slot(t.smem_elems, t.ctype) for t in plan.inputs if t.smem})
+                         ring={t.smem: ring_slot(t.smem_elems, t.ctype) for t in plan.inputs if t.smem}, split=split)
         launch = launch_json(prog, plan, "cuda")
         launch["shared_bytes"] = dyn_bytes or smem
         launch["dynamic_shared_bytes"] = dyn_bytes
@@ -123,8 +169,10 @@ class CudaBackend(Backend):
             launch["stages"] = pipe
         launch["matrix"] = ({"m": mx.m, "n": mx.n, "k": mx.k, "a": mx.a_layout, "b": mx.b_layout}
                             if mx else None)
+        if split is not None:
+            launch["split_k"] = split.launch()
         return Artifact(plan.name, {f"kernel.{self.file_ext}": src}, launch, main_file=f"kernel.{self.file_ext}",
-                        extra={"plan": plan, "matrix": mx})
+                        extra={"plan": plan, "matrix": mx, "split": split})
 
     def can_run_here(self) -> bool:
         from roller.backends.cuda.toolchain import gpu_present

@@ -84,6 +84,15 @@ class CudaRunner(Runner):
         self.kernel = self.module.get_function(art.kernel_name)
         if self.dyn > 48 * 1024:
             self.kernel.max_dynamic_shared_size_bytes = self.dyn
+        # split-K (launch.json ``split_k``): the partials' workspace belongs to the runner, allocated once and
+        # reused by every launch (launches on one stream run in order, so one launch's second kernel has read it
+        # before the next launch's first kernel writes it)
+        self.split = launch.get("split_k")
+        self.workspace: Any = None
+        self.reduce_kernel: Any = None
+        if self.split is not None:
+            self.reduce_kernel = self.module.get_function(self.split["reduce_kernel"])
+            self.workspace = cp.empty(tuple(self.split["workspace_shape"]), dtype=cp.float32)
 
     def info(self) -> dict[str, Any]:
         k = self.kernel
@@ -101,9 +110,16 @@ class CudaRunner(Runner):
         return self.cp.empty(tuple(spec["shape"]), dtype=dtype(spec["dtype"]).storage)
 
     def launch(self, buffers: list[Any]) -> None:
-        self.kernel(self.grid, self.block, (*buffers, *self.scalars), shared_mem=self.dyn)
+        if self.split is None:
+            self.kernel(self.grid, self.block, (*buffers, *self.scalars), shared_mem=self.dyn)
+            return
+        self.kernel(self.grid, self.block, (*buffers, *self.scalars, self.workspace), shared_mem=self.dyn)
+        self.reduce_kernel(tuple(self.split["reduce_grid"]), tuple(self.split["reduce_block"]),
+                           (self.workspace, buffers[-1]))
 
     def with_launch(self, blocks: int, shapes: Sequence[tuple[int, ...]], scalars: Sequence[int] = ()) -> CudaRunner:
+        if self.split is not None:
+            raise ValueError(f"{self.art.kernel_name}: a split-K kernel serves one size (no sub-grid launch)")
         runner = copy.copy(self)
         runner.grid = (blocks, 1, 1)
         runner.args = [{**spec, "shape": list(shape)} for spec, shape in zip(self.args, shapes)]

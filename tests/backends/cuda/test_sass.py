@@ -72,3 +72,21 @@ def test_one_stage_control_has_no_async_copies(tmp_path: Path) -> None:
     assert "stages" not in launch
     assert sass.count(ops, "LDGSTS") == 0 and sass.count(ops, "DEPBAR.LE") == 0
     assert sass.count(ops, "BAR.SYNC") == 2
+@pytest.mark.parametrize("dtype,mma", [("float32", "FFMA"), ("float16", "HMMA.16816.F32")])
+def test_split_k_pair_has_no_atomics_and_no_spills(dtype: str, mma: str, tmp_path: Path) -> None:
+    """Construction's split top-1 for M1 on h200: the GEMM kernel computes (FFMA / HMMA) and stores partials
+    with plain stores, the second kernel sums them with plain loads; neither uses an atomic or local memory."""
+    hw = H.load("h200")
+    op = load_ops({"name": "M1", "op": "matmul", "M": 128, "N": 1000, "K": 4032, "dtype": dtype})[0]
+    prog = construct(op, hw, top_k=1, matrix=CUDA.matrix_support, split_k=True)[0]
+    assert prog.reduce_threads > 1, prog.line()
+    art = CUDA.render(prog, hw)
+    res = compile_unit(art.source, hw.target, tmp_path, art.kernel_name, keep_cubin=True)
+    assert res.cubin is not None
+    gemm = sass.instructions(res.cubin, art.kernel_name)
+    total = sass.instructions(res.cubin, art.launch["split_k"]["reduce_kernel"])
+    assert sass.count(gemm, mma) > 0 and sass.count(gemm, "STG") > 0
+    assert sass.count(total, "LDG") >= 1 and sass.count(total, "STG") == 1
+    for ops in (gemm, total):
+        assert sass.count(ops, "RED") == sass.count(ops, "ATOM") == sass.count(ops, "ATOMG") == 0
+        assert sass.count(ops, "LDL") == sass.count(ops, "STL") == 0
