@@ -184,6 +184,8 @@ def inflight_bandwidth(geo: TileGeometry, hw: HardwareDesc, block_tile: tuple[in
     if not latency:
         return math.inf
     inflight = sum(math.prod(geo.region(t, block_tile)) * t.itemsize for t in geo.inputs)
+    if not inflight:   # an op that reads nothing (an index computed, a constant filled) waits on no load
+        return math.inf
     return hw.parallelism.compute_units * max(1, resident) * inflight / (latency * 1e-9)
 def unhidden_staging(geo: TileGeometry, hw: HardwareDesc, block_level: int, resident: int,
                      blocks_per_unit: int) -> float:
