@@ -49,23 +49,25 @@ fi
 quick=(--suite roller119 --fp16 --top-k 4 --max-gflop 20)
 large=(--suite large --top-k 3 --max-gflop 1200)
 step 40 "ceilings" $py bench/gpu_ceilings.py --json "$out/ceilings.json"
-step 125 "quick" $py bench/gpu.py --hw "$hw" "${quick[@]}" --ops quick --deadline 105 --json "$out/gpu-quick.json"
+step 110 "quick" $py bench/gpu.py --hw "$hw" "${quick[@]}" --ops quick --deadline 95 --json "$out/gpu-quick.json"
 for desc in ${ABLATE:-bench/hw/*.yaml}; do  # each a description variant with one feature off: the A/B
     [ -f "$desc" ] || continue
     name=$(basename "$desc" .yaml)
     ops=$(cat ".gpucarry/ablate-$name.ops" 2>/dev/null || echo quick)  # those it changes (gpu_prepare.sh)
     [ -n "$ops" ] || { echo "== ablate $name: no op differs" >>"$log"; continue; }
-    step 55 "ablate $name" $py bench/gpu.py --hw "$desc" "${quick[@]}" --ops "$ops" --deadline 40 \
+    step 40 "ablate $name" $py bench/gpu.py --hw "$desc" "${quick[@]}" --ops "$ops" --deadline 30 \
         --json "$out/ablate-$name.json"
 done
 step 60 "large" $py bench/gpu.py --hw "$hw" "${large[@]}" --json "$out/gpu-large.json"
-for tool in memcheck racecheck synccheck; do  # the sample under compute-sanitizer, reports into sanitizer.txt
-    limit=$(case $tool in memcheck) echo 35;; racecheck) echo 40;; *) echo 25;; esac)
-    step "$limit" "sanitizer $tool" compute-sanitizer --tool "$tool" --log-file "$out/$tool.tmp" \
+sanitize() {  # sanitize TOOL LIMIT: the sample under compute-sanitizer, its report appended to sanitizer.txt
+    step "$2" "sanitizer $1" compute-sanitizer --tool "$1" --log-file "$out/$1.tmp" \
         $py bench/gpu_checks.py sample --hw "$hw" --suite "${SAMPLE_SUITE:-sanitize}"
-    cat "$out/$tool.tmp" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/$tool.tmp"
-done
+    cat "$out/$1.tmp" >>"$out/sanitizer.txt" 2>/dev/null; rm -f "$out/$1.tmp"
+}
+sanitize memcheck 35
+sanitize racecheck 40
 step 55 "models" $py bench/gpu_checks.py models --hw "$hw" --skeletons .gpucache/skel --json "$out/models.json"
+sanitize synccheck 25
 step 45 "scaled" $py bench/gpu.py --hw "$hw" --suite scaled --fp16 --deadline 35 --json "$out/gpu-scaled.json"
 resume=(); [ -f .gpucarry/gpu-roller119.json ] && resume=(--resume .gpucarry/gpu-roller119.json)
 [ -n "${PAPER_OPS:-}" ] && resume+=(--ops "$PAPER_OPS")
