@@ -103,7 +103,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "from those for HW: the ops an ablation of one description knob has to time")
     ap.add_argument("--sass", type=Path, default=None, metavar="JSON",
                     help="with --precompile: each kernel's SASS features (cuobjdump) added to this file; a kernel "
-                         "that spills, or claims a pipeline its SASS lacks, fails the precompile")
+                         "that claims a pipeline or vectors its SASS lacks fails the precompile (spills are counted)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at a time")
     ap.add_argument("--resume", type=Path, default=None,
                     help="an earlier --json of the same selection: its ops are kept, not run again (a run its "
@@ -348,8 +348,10 @@ SASS_FEATURES = ("LDGSTS", "LDG.E.128", "STG.E.128", "HMMA", "BAR.SYNC", "LDL", 
 
 
 def sass_problems(launch: dict[str, Any], feats: dict[str, int]) -> list[str]:
-    """What a kernel's SASS lacks that its launch claims, or has that no kernel may (spills)."""
-    out = [f"{op} (spills)" for op in ("LDL", "STL") if feats.get(op)]
+    """What a kernel's SASS lacks that its launch claims. Spills (LDL/STL) are counted in the features, not
+    refused: ptxas spills a few candidates (a 64x16 warp tile of 512 threads), which costs speed, not
+    correctness, and the timing shows it."""
+    out = []
     if int(launch.get("stages", 1)) > 1 and not feats.get("LDGSTS"):
         out.append("a pipelined kernel without LDGSTS (cp.async)")
     if " vector " in str(launch.get("rprogram", "")) and not feats.get("LDG.E.128"):

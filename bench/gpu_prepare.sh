@@ -13,7 +13,7 @@ export ROLLER_CACHE_DIR=$PWD/.gpucache/roller
 hw=${HW:-h200}
 if [ "${QUICK:-1}" = 1 ]; then
     mkdir -p .gpucarry
-    rm -f .gpucarry/sass.json   # every kernel's SASS features, and the gate: a spill or a lost pipeline fails here
+    rm -f .gpucarry/sass.json   # every kernel's SASS features, and the gate: a lost pipeline or vector fails here
     sass=(--sass .gpucarry/sass.json)
     $py bench/gpu.py --precompile --hw "$hw" --suite roller119 --fp16 --ops quick --top-k 4 --max-gflop 20 "${sass[@]}"
     $py bench/gpu.py --precompile --hw "$hw" --suite large --top-k 3 --max-gflop 1200 "${sass[@]}"
