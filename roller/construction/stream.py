@@ -53,7 +53,7 @@ def stream_width(expr: TensorExpr, hw: HardwareDesc) -> int:
     """Elements of one vector access of ``expr``'s tensors on ``hw``: ``vector_bytes`` / itemsize, or 1 where the
     description gives no wider access or the op has no stream axis."""
     widest = hw.memory[0].vector_bytes
-    if widest is None or stream_axis(expr) is None:
+    if widest is None or len(expr.axes) != 1 or stream_axis(expr) is None:
         return 1
     itemsize = expr.output.itemsize
     return max(1, widest // itemsize) if widest % itemsize == 0 else 1
@@ -65,9 +65,9 @@ def stream_programs(expr: TensorExpr, geo: TileGeometry, hw: HardwareDesc, block
     a block tile of block x U x V elements, a thread tile of U x V, and a grid of at most the blocks the device
     holds resident at once. Each is predicted over all its tiles (a grid-stride block runs several)."""
     width = stream_width(expr, hw)
-    extent = expr.axes[0].extent
-    if width < 2 or extent < width or thread_level <= block_level:
+    if width < 2 or expr.axes[0].extent < width or thread_level <= block_level:
         return []
+    extent = expr.axes[0].extent
     par = hw.parallelism
     out: list[RProgram] = []
     for block in BLOCKS:
