@@ -323,7 +323,8 @@ def candidates(op: dict, hw: Any, be: Any, top_k: int) -> tuple[Any, list[Any]]:
     from roller.ir import load_ops
 
     expr = load_ops(op)[0]
-    return expr, construct(expr, hw, top_k=top_k, matrix=be.matrix_support, split_k=be.split_k)
+    return expr, construct(expr, hw, top_k=top_k, matrix=be.matrix_support, split_k=be.split_k,
+                           vectors=be.vector_programs)
 
 
 def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int,

@@ -67,6 +67,9 @@ class Backend(abc.ABC):
     #: whether it renders and launches split-K programs (``RProgram.reduce_threads`` > 1: a second kernel that
     #: sums partials from a workspace, roller/construction/splitk.py); construction offers them only then
     split_k: ClassVar[bool] = False
+    #: whether it renders vector grid-stride programs (``RProgram.vector`` > 1, roller/construction/stream.py);
+    #: construction offers them only then
+    vector_programs: ClassVar[bool] = False
     #: ``parallelism`` keys a description of this backend must give (optional for the others)
     required_parallelism: ClassVar[tuple[str, ...]] = ()
     #: environment variables (``roller.settings``) that change what it renders or compiles: part of the

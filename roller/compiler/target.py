@@ -146,7 +146,7 @@ class Target:
                 found = self._stored(expr, top_k)
             if found is None:
                 found = construct(expr, self.hw, top_k=top_k, matrix=self.matrix_support,
-                                  split_k=self.backend.split_k)
+                                  split_k=self.backend.split_k, vectors=self.backend.vector_programs)
                 self._store(expr, top_k, found)
                 with self._lock:
                     self._programs[content + (expr.name,)] = found

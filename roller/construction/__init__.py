@@ -59,12 +59,15 @@ def levels(hw: HardwareDesc) -> tuple[int, int]:
 
 def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
               gemm_conv: bool = True, shrink: bool = True,
-              matrix: Iterable[MatrixSupport] = (), split_k: bool = False) -> list[RProgram]:
+              matrix: Iterable[MatrixSupport] = (), split_k: bool = False,
+              vectors: bool = False) -> list[RProgram]:
     """The ``top_k`` rPrograms for ``op`` on ``hw``, best predicted first (deterministic). ``matrix``: the
     matrix instructions the backend that will render the programs can emit (its capabilities); programs for
     the description's instructions among them compete with the scalar ones. Without it, none are built.
     ``split_k``: the caller renders and launches split-K programs (``Backend.split_k``: a second kernel and a
-    workspace, construction/splitk.py); they then compete where the output tiles do not fill the device."""
+    workspace, construction/splitk.py); they then compete where the output tiles do not fill the device.
+    ``vectors``: the caller renders vector grid-stride programs (``Backend.vector_programs``,
+    construction/stream.py); they then compete for ops with no reuse where the description gives a wide access."""
     if top_k < 1:
         raise InputError(f"top_k must be at least 1, got {top_k}")
     hwd = load(hw) if isinstance(hw, str) else hw
@@ -84,7 +87,8 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     unique: dict[tuple, RProgram] = {}
     forms = []
     for i, form in enumerate(variants):
-        built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix, split_k)
+        built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix, split_k,
+                                          vectors)
         forms.append((form, geo))
         for p in (with_stages(b, hwd) for b in built):
             unique.setdefault((i, p.key()), p)
@@ -134,7 +138,7 @@ def _shares_reads(expr: TensorExpr) -> bool:
 
 def _programs_of(expr: TensorExpr, hwd: HardwareDesc, block_level: int, thread_level: int, top_k: int,
                  shrink: bool, matrix: Iterable[MatrixSupport],
-                 split_k: bool = False) -> tuple[list[RProgram], Search, TileGeometry]:
+                 split_k: bool = False, vectors: bool = False) -> tuple[list[RProgram], Search, TileGeometry]:
     """The candidate programs of a prepared ``expr`` (scalar and matrix), with the search and geometry that
     built them (for the message when none fits)."""
     geo = TileGeometry(expr)
@@ -169,7 +173,8 @@ def _programs_of(expr: TensorExpr, hwd: HardwareDesc, block_level: int, thread_l
     # (or matrix-core) programs compete with the scalar ones in the same ranking.
     progs += matrix_programs(expr, geo, hwd, block_level, thread_level, want=pool, support=matrix)
     # ops with no reuse on a description with a wide access: vector, grid-stride programs compete as well
-    progs += stream_programs(expr, geo, hwd, block_level, thread_level)
+    if vectors:
+        progs += stream_programs(expr, geo, hwd, block_level, thread_level)
     if split_k:
         progs += split_programs(progs, hwd)
     return progs, search, geo

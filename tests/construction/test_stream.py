@@ -20,7 +20,7 @@ E0 = {"op": "elementwise", "fn": "relu", "shapes": {"X": [128, 1008, 42, 42]}, "
 
 
 def vector_programs(spec: dict, hw: str = "h200") -> list[RProgram]:
-    return [p for p in construct(load_ops(spec)[0], H.load(hw), top_k=40) if p.vector > 1]
+    return [p for p in construct(load_ops(spec)[0], H.load(hw), top_k=40, vectors=True) if p.vector > 1]
 
 
 @pytest.mark.parametrize("spec", [
@@ -32,7 +32,7 @@ def vector_programs(spec: dict, hw: str = "h200") -> list[RProgram]:
 def test_reads_that_are_not_element_for_element_stay_scalar(spec: dict) -> None:
     """A broadcast, float64, tensors of two widths, a reduction: no vector program (the scalar ones stay)."""
     op = load_ops(spec)[0]
-    progs = construct(op, H.load("h200"), top_k=40)
+    progs = construct(op, H.load("h200"), top_k=40, vectors=True)
     assert progs and all(p.vector == 1 for p in progs)
 
 
@@ -42,7 +42,7 @@ def test_e0_top1_is_a_vector_program() -> None:
     (bench/hw/h200-scalar.yaml) no vector program is built."""
     hw = H.load("h200")
     op = load_ops(E0)[0]
-    top = construct(op, hw, top_k=5)
+    top = construct(op, hw, top_k=5, vectors=True)
     p = top[0]
     assert p.vector == 4 and p.grid <= hw.parallelism.compute_units * hw.parallelism.max_blocks_per_unit
     assert p.prediction is not None
@@ -53,7 +53,7 @@ def test_e0_top1_is_a_vector_program() -> None:
     if scalar:
         assert scalar[0].prediction.time_s > p.prediction.time_s * 1.5  # type: ignore[union-attr]
     ab = H.load(str(ROOT / "bench/hw/h200-scalar.yaml"))
-    assert all(q.vector == 1 for q in construct(op, ab, top_k=10))
+    assert all(q.vector == 1 for q in construct(op, ab, top_k=10, vectors=True))
 
 
 def test_vector_program_round_trips() -> None:

@@ -138,6 +138,7 @@ class CudaBackend(Backend):
     # CudaRunner.launch runs the split program's two kernels with a workspace it owns (the single-op runner and
     # the graph executor alike)
     split_k = True
+    vector_programs = True
 
     def render(self, prog: RProgram, hw: HardwareDesc) -> Artifact:
         from roller.backends.cuda.matrix import matrix_plan

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {{
 
 def vector_programs(spec: dict, hw: str = "h200") -> list[RProgram]:
     op = load_ops(spec)[0]
-    return [p for p in construct(op, H.load(hw), top_k=40) if p.vector > 1]
+    return [p for p in construct(op, H.load(hw), top_k=40, vectors=True) if p.vector > 1]
 
 
 def build(prog: RProgram, tmp: Path, edit: Callable[[str], str] = str) -> Path:
