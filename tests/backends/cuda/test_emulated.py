@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +18,8 @@ from roller.compiler.check import check_against
 from roller.construction import construct
 from roller.ir import load_ops
 from roller.ir.reference import random_inputs
+from tests.backends.cuda.emulator import CXX, compile_driver, kernel_source, loads_and_args, run_on
 
-EMU = Path(__file__).resolve().parent / "cuda_emu"
-CXX = shutil.which("g++")
 CUDA = get("cuda")
 pytestmark = pytest.mark.skipif(CXX is None, reason="g++ is not installed")
 NP = {"float32": np.float32, "float16": np.float16}
@@ -40,44 +37,11 @@ int main(int argc, char** argv) {{
 
 
 def run_emulated(art, tmp: Path) -> Path:  # type: ignore[no-untyped-def]
-    src = re.sub(r"^#include <(cuda_fp16|cuda_bf16|mma)\.h>$", "", art.source, flags=re.MULTILINE)
-    # blocks run one after another here, so the dynamic allocation is one static array of the launch's size
-    src = src.replace("extern __shared__ __align__(128) unsigned char rl_dyn_smem[];",
-                      f"__shared__ __align__(128) unsigned char rl_dyn_smem[{art.launch['dynamic_shared_bytes']}];")
     specs = art.launch["arguments"]
-    ctypes_ = {"float64": "double", "float32": "float", "float16": "__half"}
-    loads = []
-    for i, s in enumerate(specs):
-        n = int(np.prod(s["shape"]))
-        var = "out" if s["role"] == "output" else f"in{i}"
-        loads.append(f"    static {ctypes_[s['dtype']]} {var}[{n}];")
-        if s["role"] == "input":
-            loads.append(f"    {{ FILE* f = std::fopen(argv[{i + 1}], \"rb\"); "
-                         f"if (std::fread({var}, sizeof(*{var}), {n}, f) != {n}) return 2; std::fclose(f); }}")
-    args = ", ".join("out" if s["role"] == "output" else f"(const {ctypes_[s['dtype']]}*)in{i}"
-                     for i, s in enumerate(specs))
-    out_spec = specs[-1]
-    (tmp / "k.cpp").write_text(DRIVER.format(kernel=src, loads="\n".join(loads), name=art.kernel_name,
-                                             grid=art.launch["grid"][0], block=art.launch["block"][0], args=args,
-                                             nout=len(specs), out_elems=int(np.prod(out_spec["shape"]))))
-    exe = tmp / "k"
-    r = subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{EMU}", str(tmp / "k.cpp"), "-o", str(exe)], check=False,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return exe
-
-
-def run_on(exe: Path, op, x: dict, folder: Path, dtype: type) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The emulated kernel's output for inputs ``x`` (every tensor of element type ``dtype``), flat."""
-    files = []
-    for t in op.inputs:
-        f = folder / f"{t.name}.bin"
-        np.ascontiguousarray(x[t.name], dtype=dtype).tofile(f)
-        files.append(str(f))
-    out = folder / "out.bin"
-    r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return np.fromfile(out, dtype=dtype)
+    loads, args = loads_and_args(specs)
+    return compile_driver(DRIVER.format(kernel=kernel_source(art), loads=loads, name=art.kernel_name,
+                                        grid=art.launch["grid"][0], block=art.launch["block"][0], args=args,
+                                        nout=len(specs), out_elems=int(np.prod(specs[-1]["shape"]))), tmp)
 
 
 @pytest.mark.parametrize("spec", [

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,9 @@ from roller.construction import construct
 from roller.construction.splitk import per_split, reduction_tiles, split_program
 from roller.ir import load_ops
 from roller.ir.reference import random_inputs
+from tests.backends.cuda.emulator import CXX, compile_driver, kernel_source, loads_and_args, run_on
 
-EMU = Path(__file__).resolve().parent / "cuda_emu"
-CXX = shutil.which("g++")
 CUDA = get("cuda")
-CTYPES = {"float32": "float", "float16": "__half"}
 
 DRIVER = """#include "cuda_emu.h"
 #include <cstdio>
@@ -44,38 +41,16 @@ int main(int argc, char** argv) {{
 
 def run_split(art, op, x: dict, tmp: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
     """The output of ``art``'s two kernels, emulated, for inputs ``x``."""
-    src = re.sub(r"^#include <(cuda_fp16|cuda_bf16|mma)\.h>$", "", art.source, flags=re.MULTILINE)
     specs = art.launch["arguments"]
     sk = art.launch["split_k"]
-    loads, args = [], []
-    for i, s in enumerate(specs):
-        n = int(np.prod(s["shape"]))
-        var = "out" if s["role"] == "output" else f"in{i}"
-        loads.append(f"    static {CTYPES[s['dtype']]} {var}[{n}];")
-        if s["role"] == "input":
-            loads.append(f"    {{ FILE* f = std::fopen(argv[{i + 1}], \"rb\"); "
-                         f"if (std::fread({var}, sizeof(*{var}), {n}, f) != {n}) return 2; std::fclose(f); }}")
-        args.append("out" if s["role"] == "output" else f"(const {CTYPES[s['dtype']]}*)in{i}")
+    loads, args = loads_and_args(specs)
     out_spec = specs[-1]
-    (tmp / "k.cpp").write_text(DRIVER.format(
-        kernel=src, loads="\n".join(loads), ws=int(np.prod(sk["workspace_shape"])), name=art.kernel_name,
-        grid=art.launch["grid"][0], block=art.launch["block"][0], args=", ".join(args),
+    exe = compile_driver(DRIVER.format(
+        kernel=kernel_source(art), loads=loads, ws=int(np.prod(sk["workspace_shape"])), name=art.kernel_name,
+        grid=art.launch["grid"][0], block=art.launch["block"][0], args=args,
         reduce=sk["reduce_kernel"], rgrid=sk["reduce_grid"][0], rblock=sk["reduce_block"][0], nout=len(specs),
-        out_elems=int(np.prod(out_spec["shape"]))))
-    exe = tmp / "k"
-    r = subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{EMU}", str(tmp / "k.cpp"), "-o", str(exe)],
-                       check=False, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    dt = np.float16 if out_spec["dtype"] == "float16" else np.float32
-    files = []
-    for t in op.inputs:
-        f = tmp / f"{t.name}.bin"
-        np.ascontiguousarray(x[t.name], dtype=dt).tofile(f)
-        files.append(str(f))
-    out = tmp / "out.bin"
-    r = subprocess.run([str(exe), *files, str(out)], check=False, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return np.fromfile(out, dtype=dt)
+        out_elems=int(np.prod(out_spec["shape"]))), tmp)
+    return run_on(exe, op, x, tmp, np.float16 if out_spec["dtype"] == "float16" else np.float32)
 
 
 def small_program(op, matrix: bool, step: int = 16):  # type: ignore[no-untyped-def]
