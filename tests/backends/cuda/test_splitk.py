@@ -161,3 +161,22 @@ def test_split_kernels_compile(dtype: str, tmp_path: Path) -> None:
     art = CUDA.render(progs[0], hw)
     res = compile_unit(art.source, hw.target, tmp_path, art.kernel_name)
     assert art.kernel_name in res.usage
+
+
+@pytest.mark.skipif(CXX is None, reason="g++ is not installed")
+@pytest.mark.parametrize("spec", [
+    {"name": "rows", "op": "reduce", "kind": "sum", "shape": [512, 1000], "axes": [1], "dtype": "float32"},
+    {"name": "rows16", "op": "reduce", "kind": "sum", "shape": [64, 3000], "axes": [1], "dtype": "float16"},
+])
+def test_split_row_sums_match_reference(spec: dict, tmp_path: Path) -> None:
+    """A sum over rows is split too where its blocks do not fill the device (the sanitizer suite's
+    z_reduce_rows): the smallest split program construction offers on h200, emulated."""
+    op = load_ops(spec)[0]
+    hw = H.load("h200")
+    progs = [p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support, split_k=True)
+             if p.reduce_threads > 1]
+    assert progs, "construction offers no split program"
+    p = min(progs, key=lambda p: p.grid * p.block)
+    x = random_inputs(op, seed=1)
+    y = run_split(CUDA.render(p, hw), op, x, tmp_path)
+    check_against(p.line(), op, x, y.reshape(op.output.shape))
