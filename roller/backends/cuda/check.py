@@ -85,7 +85,7 @@ def build_unit(name: str, ops: list, hw: HardwareDesc) -> Unit:
     unit = Unit(name, hw, "")
     sources = []
     for op in ops:
-        prog = construct(op, hw, top_k=1, matrix=BACKEND.matrix_support)[0]
+        prog = construct(op, hw, top_k=1, matrix=BACKEND.matrix_support, vectors=BACKEND.vector_programs)[0]
         art = BACKEND.render(prog, hw)
         sources.append(art.source)
         pred = prog.prediction
