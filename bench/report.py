@@ -322,7 +322,8 @@ def _gpu(r: Result) -> list[str]:
     title = (f"Paper suite ({paper['meta']['suite']}{'' if picked == 'all' else ', --ops ' + picked}, "
              f"{len(paper['rows'])} ops; {timing}):")
     out = ["", title, "",
-           *_table(["kind", "dtype", "against", "ops", "correct", "best of top-10", "top-1", "min", "max",
+           *_table(["kind", "dtype", "against", "ops", "correct", f"best of top-{paper['meta'].get('top_k', 10)}",
+                    "top-1", "min", "max",
                     "target"], rows), "", f"By category: {cats}."]
     out += _gpu_extras(doc, paper["rows"])
     if "scaled_suite" in doc:
