@@ -293,13 +293,13 @@ def lookup(key: str) -> Entry | None:
     if os.path.islink(_entries_dir()):   # entries that are not the cache's own folder: never read through
         last_event = "damaged: the entries folder is a link"
         return None
-    if not os.path.lexists(folder) and _adopt_from_db(key, folder):
+    if os.path.lexists(folder):
+        last_event = "hit"
+    elif _adopt_from_db(key, folder):
         last_event = "hit (kernel database)"
-    elif not os.path.lexists(folder):
+    else:
         last_event = "miss"
         return None
-    else:
-        last_event = "hit"
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             raise Damaged("not a folder (a link or a file)")

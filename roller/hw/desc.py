@@ -241,29 +241,16 @@ class HardwareDesc:
         memory = []
         for layer in self.memory:
             d: dict[str, Any] = {"name": layer.name, "scope": layer.scope}
-            for key in ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
-                        "capacity_per_thread_bytes"):
-                value = getattr(layer, key)
-                if value is not None:
-                    d[key] = value
+            d.update(_given(layer, "capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",
+                            "capacity_per_thread_bytes"))
             d["bandwidth_gbps"] = {"peak": layer.bandwidth_peak_gbps,
                                    "effective": layer.bandwidth_effective_gbps}
             d["transaction_bytes"] = layer.transaction_bytes
             d["line_bytes"] = layer.line_bytes
-            if layer.banks is not None:
-                d["banks"] = layer.banks
-            if layer.bank_width_bytes is not None:
-                d["bank_width_bytes"] = layer.bank_width_bytes
+            d.update(_given(layer, "banks", "bank_width_bytes"))
             if layer.streaming_stores:
                 d["streaming_stores"] = True
-            if layer.alias_bytes is not None:
-                d["alias_bytes"] = layer.alias_bytes
-            if layer.vector_bytes is not None:
-                d["vector_bytes"] = layer.vector_bytes
-            if layer.latency_ns is not None:
-                d["latency_ns"] = layer.latency_ns
-            if layer.capacity_per_block_optin_bytes is not None:
-                d["capacity_per_block_optin_bytes"] = layer.capacity_per_block_optin_bytes
+            d.update(_given(layer, "alias_bytes", "vector_bytes", "latency_ns", "capacity_per_block_optin_bytes"))
             if layer.max_stages != 1:
                 d["max_stages"] = layer.max_stages
             memory.append(d)
@@ -305,3 +292,9 @@ class HardwareDesc:
         p = self.parallelism
         return (f"{self.name} ({self.backend} {self.target}): {p.compute_units} units, warp {p.warp_size}, "
                 f"{len(self.memory)} memory layers ({' > '.join(m.name for m in self.memory)})")
+
+
+def _given(layer: MemoryLayer, *keys: str) -> list[tuple[str, Any]]:
+    """The layer's optional fields among ``keys`` that are set, in that order (a description's YAML leaves the
+    others out)."""
+    return [(k, getattr(layer, k)) for k in keys if getattr(layer, k) is not None]
