@@ -27,6 +27,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -345,7 +346,7 @@ def compile_all(progs: Sequence[Any], hw: Any, be: Any, target: str, jobs: int,
 
 
 #: SASS opcodes a kernel's features show as (roller.backends.cuda.sass.count prefixes)
-SASS_FEATURES = ("LDGSTS", "LDG.E.128", "STG.E.128", "HMMA", "BAR.SYNC", "LDL", "STL")
+SASS_FEATURES = ("LDGSTS", "LDG.E.128", "STG.E.128", "LDS.128", "HMMA", "BAR.SYNC", "LDL", "STL")
 
 
 def sass_problems(launch: dict[str, Any], feats: dict[str, int]) -> list[str]:
@@ -357,6 +358,12 @@ def sass_problems(launch: dict[str, Any], feats: dict[str, int]) -> list[str]:
         out.append("a pipelined kernel without LDGSTS (cp.async)")
     if " vector " in str(launch.get("rprogram", "")) and not feats.get("LDG.E.128"):
         out.append("a vector program without 16-byte loads (LDG.E.128)")
+    shared = re.search(r"shared-vector (\d+)", str(launch.get("rprogram", "")))
+    args = launch.get("arguments") or [{}]
+    itemsize = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(str(args[0].get("dtype")), 4)
+    wide = shared is not None and int(shared.group(1)) * itemsize == 16
+    if wide and not feats.get("LDS.128"):
+        out.append("a shared-vector program without 16-byte shared reads (LDS.128)")
     return out
 
 

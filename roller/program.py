@@ -128,6 +128,10 @@ class RProgram:
     # tiles, filled by asynchronous copies ``stages - 1`` steps ahead of the one computed (1: each step is
     # staged, then computed). Construction decides it from the description (construction/pipeline.py).
     stages: int = 1
+    # Elements of one read from the block-scope layer (construction/shared_vector.py): above 1, every staged
+    # row is whole vectors this wide and threads own runs of this many points along the axes those rows run
+    # along, so that each read of the inner loop is one vector (LDS.128); 1: element by element.
+    shared_vector: int = 1
     prediction: Prediction | None = field(default=None, compare=False)
 
     @property
@@ -144,7 +148,7 @@ class RProgram:
 
     def key(self) -> tuple:
         return (tuple(t.shape for t in self.tiles), self.reduce_threads,
-                self.matrix.name if self.matrix else None, self.runtime, self.vector, self.stages)
+                self.matrix.name if self.matrix else None, self.runtime, self.vector, self.stages, self.shared_vector)
 
     def line(self) -> str:
         parts = [f"{self.layers[i]}>{self.layers[i + 1]} {t.text()}" for i, t in enumerate(self.tiles)]
@@ -157,6 +161,8 @@ class RProgram:
             parts.append("runtime " + ",".join(a if f == 1 else f"{a}={f}n" for a, f in self.runtime))
         if self.stages > 1:
             parts.append(f"stages {self.stages}")
+        if self.shared_vector > 1:
+            parts.append(f"shared-vector {self.shared_vector}")
         return " | ".join(parts)
 
     __str__ = line
@@ -204,6 +210,7 @@ class RProgram:
             "runtime_axes": [{"axis": a, "factor": f} for a, f in self.runtime],
             "vector": self.vector,
             "stages": self.stages,
+            "shared_vector": self.shared_vector,
             "prediction": self.prediction.to_json() if self.prediction else None,
             "line": self.line(),
         }
@@ -248,13 +255,16 @@ class RProgram:
         stages = int(doc.get("stages", 1))
         if not 1 <= stages <= 16:
             raise ValueError(f"rProgram's stages must be 1 to 16, got {stages}")
+        shared_vector = int(doc.get("shared_vector", 1))
+        if shared_vector not in (1, 2, 4, 8):
+            raise ValueError(f"rProgram's shared_vector must be 1, 2, 4 or 8, got {shared_vector}")
         return RProgram(expr=expr, hw_name=str(doc["hw"]), hw_hash=str(doc["hw_hash"]), layers=layers,
                         scopes=scopes, tiles=tiles, grid=int(doc["grid"]), block=int(doc["block"]),
                         block_level=block_level, thread_level=thread_level,
                         reduce_threads=int(doc.get("reduce_threads", 1)),
                         epsilon=float(doc.get("epsilon", 0.0)), padding_waste=float(doc.get("padding_waste", 0.0)),
                         matrix=MatrixChoice.from_json(doc.get("matrix")), runtime=runtime, vector=vector,
-                        stages=stages,
+                        stages=stages, shared_vector=shared_vector,
                         prediction=Prediction.from_json(pred) if pred is not None else None)
 
     @staticmethod

@@ -13,6 +13,7 @@ from roller.construction.exchange import exchange_fed
 from roller.construction.matrix import MatrixSupport, matrix_programs
 from roller.construction.pipeline import exposed_latency_s, with_stages
 from roller.construction.scaleout import shrink_for_parallelism
+from roller.construction.shared_vector import with_shared_vectors
 from roller.construction.splitk import split_program, split_programs
 from roller.construction.stream import stream_programs
 from roller.errors import InputError
@@ -90,7 +91,7 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
         built, search, geo = _programs_of(form, hwd, block_level, thread_level, top_k, shrink, matrix, split_k,
                                           vectors)
         forms.append((form, geo))
-        for p in (with_stages(b, hwd) for b in built):
+        for p in (with_stages(with_shared_vectors(b, hwd, predict_program), hwd) for b in built):
             unique.setdefault((i, p.key()), p)
     # Programs the model predicts alike (a transpose's blocks of one size, whatever their shape) are ordered by
     # how many contiguous runs they move: the model's traffic is the same, the memory system's work is not.

@@ -26,14 +26,17 @@ SLOT_ALIGN = 128
 
 
 def step_seconds(prog: RProgram, hw: HardwareDesc) -> float | None:
-    """Seconds one block computes one staged step at its share of a unit's matrix throughput (None where the
-    description has no matrix peak for the program's input type)."""
-    dtype = prog.expr.inputs[0].dtype
-    entry = hw.compute.get(dtype)
-    if entry is None or entry.matrix is None:
+    """Seconds one block computes one staged step at its share of a unit's throughput: the matrix peak for a
+    matrix program, the vector peak for a scalar one (None where the description has no such peak for the
+    program's input type)."""
+    if not prog.expr.inputs:
+        return None
+    entry = hw.compute.get(prog.expr.inputs[0].dtype)
+    peak = None if entry is None else entry.matrix if prog.use_matrix else entry.vector
+    if peak is None:
         return None
     sharing = prog.prediction.blocks_per_unit if prog.prediction is not None else 1
-    per_unit = entry.matrix.effective_tflops * 1e12 / hw.parallelism.compute_units
+    per_unit = peak.effective_tflops * 1e12 / hw.parallelism.compute_units
     return 2.0 * math.prod(prog.block_tile.shape) * max(1, sharing) / per_unit
 
 
@@ -65,9 +68,11 @@ def copies_whole_vectors(prog: RProgram) -> bool:
 
 
 def choose_stages(prog: RProgram, hw: HardwareDesc) -> int:
-    """The ring depth for ``prog`` on ``hw`` (1: stage, then compute). Matrix programs whose staged tiles are
-    whole 16-byte vectors only, for now (float32 tiles pad their rows by one element)."""
-    if prog.matrix is None or prog.reduce_threads != 1 or not copies_whole_vectors(prog):
+    """The ring depth for ``prog`` on ``hw`` (1: stage, then compute). Programs whose staged tiles are whole
+    16-byte vectors only: matrix programs, and scalar ones that read their tiles in vectors (a scalar tile
+    otherwise pads its rows by one element against bank conflicts, construction/shared_vector.py)."""
+    if (prog.matrix is None and prog.shared_vector <= 1) or prog.reduce_threads != 1 or \
+            not copies_whole_vectors(prog):
         return 1
     layer = hw.memory[prog.block_level + 1]
     latency = hw.memory[0].latency_ns
@@ -81,8 +86,10 @@ def choose_stages(prog: RProgram, hw: HardwareDesc) -> int:
     geo = TileGeometry(prog.expr)
     padding = dict(prog.block_tile.storage_padding)
     ring_step = geo.footprint(prog.block_tile.shape, padding) + SLOT_ALIGN * len(prog.expr.inputs)
-    warps = prog.block // FAMILIES[prog.matrix.family].lanes
-    fixed = scratch_bytes(FAMILIES[prog.matrix.family], prog.matrix.shape, warps) + SLOT_ALIGN
+    fixed = SLOT_ALIGN
+    if prog.matrix is not None:
+        fam = FAMILIES[prog.matrix.family]
+        fixed += scratch_bytes(fam, prog.matrix.shape, prog.block // fam.lanes)
     per_block = layer.capacity_per_block_optin_bytes or layer.capacity_per_block_bytes or 0
     sharing = max(1, prog.prediction.blocks_per_unit if prog.prediction is not None else 1)
     per_unit = (layer.capacity_per_unit_bytes or per_block) // sharing
@@ -92,12 +99,12 @@ def choose_stages(prog: RProgram, hw: HardwareDesc) -> int:
 
 def exposed_latency_s(prog: RProgram, hw: HardwareDesc) -> float:
     """Seconds of the device layer's latency that ``prog``'s ring leaves uncovered per step,
-    ``max(0, latency - (stages - 1) * t_step)`` (0 where the description gives no latency or the program has
-    no matrix step time). Construction breaks the model's ties with it: the model prices a step's traffic, not
+    ``max(0, latency - (stages - 1) * t_step)`` (0 where the description gives no latency or no peak for the
+    program's type). Construction breaks the model's ties with it: the model prices a step's traffic, not
     when it arrives, so it ties a 16-deep and a 32-deep reduction step that move the same bytes, while only
     the deeper one's ring covers the latency within the stages that fit."""
     latency = hw.memory[0].latency_ns
-    t_step = step_seconds(prog, hw) if prog.matrix is not None else None
+    t_step = step_seconds(prog, hw) if latency is not None else None
     if latency is None or t_step is None:
         return 0.0
     return max(0.0, latency * 1e-9 - (prog.stages - 1) * t_step)

@@ -51,7 +51,7 @@ SCOPE_KEYS = {
                                      "latency_ns")),
     "cache": (("capacity_bytes",), ("capacity_per_unit_bytes", "banks", "bank_width_bytes", "alias_bytes")),
     "block": (("capacity_per_unit_bytes", "capacity_per_block_bytes", "banks", "bank_width_bytes"),
-              ("capacity_per_block_optin_bytes", "max_stages")),
+              ("capacity_per_block_optin_bytes", "max_stages", "vector_bytes")),
     "thread": (("capacity_per_unit_bytes", "capacity_per_thread_bytes"), ("banks", "bank_width_bytes")),
 }
 SCOPED_KEYS = ("capacity_bytes", "capacity_per_unit_bytes", "capacity_per_block_bytes",

@@ -185,3 +185,6 @@ def test_sass_gate_flags_a_pipeline_without_cp_async_and_a_vector_program_withou
     vector = {"rprogram": "global>shared 4096 | shared>register 8 | grid 528 | block 512 | vector 4 grid-stride"}
     assert gpu.sass_problems(vector, dict(clean, **{"LDG.E.128": 10})) == []
     assert gpu.sass_problems(vector, clean) == ["a vector program without 16-byte loads (LDG.E.128)"]
+    shared = {"rprogram": "global>shared 64x128x32 | shared>register 8x8x1 | grid 4 | block 128 | shared-vector 4"}
+    assert gpu.sass_problems(shared, dict(clean, **{"LDS.128": 32})) == []
+    assert gpu.sass_problems(shared, clean) == ["a shared-vector program without 16-byte shared reads (LDS.128)"]

@@ -63,8 +63,9 @@ def _check_program(p, hw) -> None:
     for name, pad in p.block_tile.storage_padding:
         reg = geo.region(next(t for t in geo.inputs if t.name == name), block)
         row_bytes = (reg[-1] + pad) * expr.tensor(name).itemsize
-        if p.use_matrix:
-            # Fragment loads read 16-byte pieces: rows are an odd number of them (construct/matrix.py).
+        if p.use_matrix or p.shared_vector > 1:
+            # Fragment loads and vector reads take 16-byte pieces: rows are an odd number of them
+            # (construction/matrix.py, construction/shared_vector.py).
             assert row_bytes % 16 == 0 and (row_bytes // 16) % 2 == 1
             continue
         assert math.gcd(row_bytes // smem.bank_width_bytes, smem.banks) == 1

@@ -41,7 +41,8 @@ DIALECT = Dialect(
            "cos": "cosf({0})", "sin": "sinf({0})", "round": "rintf({0})", "pow": "powf({0}, {1})", "fmod": "fmodf({0}, {1})"},
     # NVRTC has no math.h: spell infinity by its bits
     infinity="__int_as_float(0x7f800000)",
-    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4", stream_bytes=16)
+    to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4", stream_bytes=16,
+    warp_lanes=32)
 
 
 def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None,

@@ -51,7 +51,8 @@ def instructions(cubin: Path, kernel: str | None = None) -> list[str]:
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise ToolchainError(f"cuobjdump {cubin.name}: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
-    return [m.group(1) for m in map(_INSTRUCTION.search, proc.stdout.splitlines()) if m]
+    # ``@!PT`` (predicated on never) instructions are placeholders ptxas emits after cp.async commits: never run
+    return [m.group(1) for m in map(_INSTRUCTION.search, proc.stdout.splitlines()) if m and "@!PT " not in m.group(0)]
 
 
 def count(ops: list[str], prefix: str) -> int:

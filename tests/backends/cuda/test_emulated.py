@@ -182,3 +182,67 @@ def test_emulation_catches_a_broken_pipeline(broken, tmp_path: Path) -> None:  #
     y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float16).astype(np.float32)
     ref = roller.reference(op, x)
     assert np.isnan(y).any() and not np.allclose(y.reshape(ref.shape), ref, rtol=1e-2, atol=1e-2)
+
+
+SHARED_VECTOR = [{"op": "matmul", "M": 37, "N": 72, "K": 40},                  # tiles past M's end, K's last step partial
+                 {"op": "matmul", "M": 40, "N": 36, "K": 24, "transpose_a": True},  # A[k, m]: runs along m too
+                 {"op": "matmul", "M": 24, "N": 40, "K": 48, "transpose_b": True},  # both read along k
+                 {"op": "batch_matmul", "B": 2, "M": 20, "N": 48, "K": 24},
+                 {"op": "matmul", "M": 40, "N": 48, "K": 256}]                  # long enough for a ring
+
+
+def _shared_vector_programs(spec: dict, top_k: int = 30):  # type: ignore[no-untyped-def]
+    op = load_ops(dict(spec, dtype="float32"))[0]
+    hw = H.load("h100")
+    progs = [p for p in construct(op, hw, top_k=top_k) if p.shared_vector > 1 and p.grid * p.block <= 4096]
+    return op, hw, progs
+
+
+@pytest.mark.parametrize("spec", SHARED_VECTOR)
+def test_shared_vector_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
+    """Scalar float32 programs that read their staged rows in 16-byte vectors (issue 41 step 3: rows padded to
+    odd numbers of vectors, threads owning runs of 4 along the rows' axis), with and without a ring, compute
+    what numpy does: the runs' decode in the inner product and in the epilogue cover every output once."""
+    op, hw, progs = _shared_vector_programs(spec)
+    assert progs, "no small program reads its staged rows in vectors"
+    runs = [p for p in progs if "* 4 + (rl_j" in CUDA.render(p, hw).source]
+    chosen = ([runs[0]] if runs else []) + [p for p in progs if p not in runs][:1]
+    if spec.get("K", 0) >= 256:
+        chosen = [dataclasses.replace(chosen[0], stages=3)]
+    x = random_inputs(op, seed=7)
+    for i, p in enumerate(chosen):
+        art = CUDA.render(p, hw)
+        assert "__align__(16)" in art.source or art.launch["dynamic_shared_bytes"], "vector reads need 16-byte rows"
+        assert art.launch.get("stages", 1) == p.stages, "whole-vector rows: the ring renders as constructed"
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        y = run_on(run_emulated(art, folder), op, x, folder, np.float32)
+        check_against(p.line(), op, x, y.reshape(op.output.shape))
+
+
+@pytest.mark.parametrize("spec", [{"op": "matmul", "M": 70, "N": 136, "K": 40},
+                                  {"op": "matmul", "M": 64, "N": 256, "K": 64, "transpose_a": True}])
+def test_warp_ordered_kernels_match_reference(spec: dict, tmp_path: Path) -> None:
+    """Blocks of whole warps whose threads own runs take their coordinates from a permuted thread index (each
+    warp 8 runs wide and 4 rows deep, schedule.warp_order): every thread still computes a distinct part."""
+    op, hw, progs = _shared_vector_programs(spec, top_k=60)
+    p = next(p for p in progs if "rl_tw" in CUDA.render(p, hw).source)
+    art = CUDA.render(p, hw)
+    x = random_inputs(op, seed=11)
+    y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float32)
+    check_against(p.line(), op, x, y.reshape(op.output.shape))
+
+
+def test_emulation_catches_overlapping_runs(tmp_path: Path) -> None:
+    """Negative control: runs spaced one thread count apart instead of ``threads`` x 4 overlap (two threads
+    compute one point, another none), which the emulation must see."""
+    op, hw, progs = _shared_vector_programs(SHARED_VECTOR[0])
+    p = next(p for p in progs if "* 4 + (rl_j" in CUDA.render(p, hw).source)
+    art = CUDA.render(p, hw)
+    threads = next(ax.threads for ax in art.extra["plan"].spatial if ax.run > 1)
+    src = art.source.replace(f") * {threads * 4};", f") * {threads};")
+    assert src != art.source
+    art.files[art.main_file] = src
+    x = random_inputs(op, seed=7)
+    y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float32)
+    assert not np.allclose(y.reshape(op.output.shape), roller.reference(op, x), rtol=1e-3, atol=1e-3)

@@ -90,3 +90,20 @@ def test_split_k_pair_has_no_atomics_and_no_spills(dtype: str, mma: str, tmp_pat
     for ops in (gemm, total):
         assert sass.count(ops, "RED") == sass.count(ops, "ATOM") == sass.count(ops, "ATOMG") == 0
         assert sass.count(ops, "LDL") == sass.count(ops, "STL") == 0
+
+
+F32_MM = {"name": "mm", "op": "matmul", "M": 4096, "N": 4096, "K": 1024, "dtype": "float32"}
+
+
+def test_float32_gemm_reads_shared_memory_in_16_byte_vectors(tmp_path: Path) -> None:
+    """Step 3 of issue 41: the float32 GEMM's inner loop issues one 16-byte shared read (LDS.128) per 16 FMAs
+    (4-byte reads: one per 4), its tiles staged with 16-byte loads, nothing spilled; the A/B description with
+    4-byte shared reads renders the kernel of before, whose reads the same check counts as 4-byte ones."""
+    ops, usage, launch = compiled(F32_MM, "h200", tmp_path)
+    assert "shared-vector 4" in launch["rprogram"]
+    ffma, wide = sass.count(ops, "FFMA"), sass.count(ops, "LDS.128")
+    assert wide > 0 and ffma >= 16 * wide and sass.count(ops, "LDS") == wide, (ffma, wide, sass.count(ops, "LDS"))
+    assert sass.count(ops, "LDL") == sass.count(ops, "STL") == 0 and usage.spill_stores == 0
+    old, _, old_launch = compiled(F32_MM, str(ROOT / "bench/hw/h200-lds1.yaml"), tmp_path / "lds1")
+    assert "shared-vector" not in old_launch["rprogram"]
+    assert sass.count(old, "LDS.128") == 0 and sass.count(old, "FFMA") <= 4 * sass.count(old, "LDS")

@@ -39,11 +39,13 @@ from roller.backends.c_family.plan.schedule import (
     staged_steps,
     unshared,
     vectorise,
+    warp_order,
     window_inner,
 )
 from roller.backends.c_family.plan.typed import TypedC
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, DimPlan, KernelPlan, TensorPlan
 from roller.backends.c_family.plan.vector import reduce_vec_plan, stream_plan, vec_plan
+from roller.construction.shared_vector import runs
 from roller.errors import InputError
 from roller.ir.expr import Affine, Call, Gather, walk
 from roller.ir.tensor_expr import TensorExpr
@@ -95,6 +97,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
             spatial.append(AxisPlan(a.name, a.extent, b_tile[i], t_tile[i], b_tile[i] // t_tile[i],
                                     -(-a.extent // b_tile[i]), 0, 0, 0))
     decode(spatial)
+    if staged and not blocked:
+        for ax in spatial:
+            ax.run = runs(prog).get(ax.name, 1)
     div_r = div_k = 1
     for ax in reversed(reduce):
         ax.bdiv, ax.tdiv = div_r, div_k
@@ -256,4 +261,6 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
         body=body, out_index=out_index, epilogue=epilogue, epilogue_inputs=epilogue_inputs,
         pad_value=c_float(expr.pad_value, d), reduce_guard=guard, smem_bytes=smem_total, params=params,
         blocked=blocked, vec=vec, rvec=rvec, typed_store=typed.store if typed is not None else None,
-        helpers=typed.helper_code() if typed is not None else "", stream=stream)
+        helpers=typed.helper_code() if typed is not None else "", stream=stream,
+        smem_align=prog.shared_vector * expr.body_inputs[0].itemsize if staged and prog.shared_vector > 1 else 0,
+        warp_tid=warp_order(spatial, d.warp_lanes) if staged and not blocked else "")

@@ -86,6 +86,32 @@ def read_axis(expr: TensorExpr, spatial: list[AxisPlan]) -> str | None:
     return None
 
 
+#: lanes of a warp along the innermost spatial axis where threads own runs (``AxisPlan.run``): eight 16-byte reads
+#: fill one 128-byte shared-memory wavefront (32 banks x 4 bytes), and the warp's other lanes go down the next
+#: axis. With all 32 lanes along a 256-wide tile's columns, a float32 GEMM's vector reads of B took 4 wavefronts
+#: each and those of A one (a broadcast), 80 per 8 reduction points of a warp against 128 cycles of its FMAs;
+#: with 8 x 4 lanes, 1 each, 32 (the CUTLASS SIMT arrangement).
+RUN_LANES = 8
+
+
+def warp_order(spatial: list[AxisPlan], warp: int) -> str:
+    """A C expression of the thread index the spatial decode reads instead of the thread id, so that each warp
+    covers RUN_LANES points of the innermost axis by ``warp / RUN_LANES`` of the next (warps tile the block in
+    that order); "" where the threads own no runs, the dialect has no warps, or the axes' thread counts do not
+    divide so (the plain order then)."""
+    if warp <= RUN_LANES or len(spatial) < 2 or not any(a.run > 1 for a in spatial[-2:]):
+        return ""
+    m, n = spatial[-2], spatial[-1]
+    lm = warp // RUN_LANES
+    if n.threads <= RUN_LANES or n.threads % RUN_LANES or m.threads % lm or n.threads * m.threads % warp:
+        return ""
+    wn, wm = n.threads // RUN_LANES, m.threads // lm
+    lane, w = f"rl_tid % {warp}", f"(rl_tid / {warp})"
+    t_n = f"({w} % {wn}) * {RUN_LANES} + ({lane}) % {RUN_LANES}"
+    t_m = f"(({w} / {wn}) % {wm}) * {lm} + ({lane}) / {RUN_LANES}"
+    return f"(({w} / {wn * wm}) * {m.threads} + {t_m}) * {n.threads} + {t_n}"
+
+
 # -- unrolling ----------------------------------------------------------------------------------------------
 
 def unrolled(loops: list[tuple[str, int | str, int]]) -> list[tuple[str, int | str, int]]:

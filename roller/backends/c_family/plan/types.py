@@ -47,6 +47,7 @@ class Dialect:
     # rounding to nearest even as its scalar rl_f2h does: float16 kernels vectorise like float32 ones)
     vector_io: dict[str, tuple[str, str]] = field(default_factory=dict)
     language: str = "C"  # for messages
+    warp_lanes: int = 0  # threads that issue as one (a CUDA warp); 0: none the plan arranges for
     # the unsigned type of each integer element type (typed bodies wrap through it, plan/typed.py)
     unsigned: dict[str, str] = field(default_factory=dict)
     helper_qual: str = "inline"  # how a helper function is declared (typed bodies' conversions, divisions)
@@ -149,6 +150,9 @@ class AxisPlan:
     extent_c: str = ""
     blocks_c: str = ""
     bdiv_c: str = ""
+    # spatial, threads interleaved (not ``KernelPlan.blocked``): points a thread owns contiguously, runs
+    # ``threads`` x ``run`` apart (RProgram.shared_vector: a staged row read in vectors); 1: point by point
+    run: int = 1
 
 
 @dataclass
@@ -311,6 +315,11 @@ class KernelPlan:
     stream: StreamPlan | None = None
     n_rtiles_c: str = ""  # the staged reduction's tile count where a reduced axis's extent is an argument
     out_vstore: str = "vstore{w}({v}, 0, {ptr})"  # how a vector of results is stored (Dialect.vstore_format)
+    # bytes each staged buffer is aligned to: 16 where its rows are read in 16-byte vectors (RProgram.shared_vector),
+    # which the compiler merges into one load only where it can prove the alignment; 0: the element's own
+    smem_align: int = 0
+    # the thread index the spatial decode reads in place of the thread id (schedule.warp_order); "": the id
+    warp_tid: str = ""
 
     @property
     def scalars(self) -> list[str]:
