@@ -42,7 +42,7 @@ DIALECT = Dialect(
     # NVRTC has no math.h: spell infinity by its bits
     infinity="__int_as_float(0x7f800000)",
     to_acc="(float)({x})", from_acc="({ctype})({x})", language="CUDA", stage_vector="uint4", stream_bytes=16,
-    warp_lanes=32)
+    warp_lanes=32, coalesce_gathers=True)
 
 
 def dynamic_layout(plan: KernelPlan, scratch: tuple[str, int] | None,

@@ -246,3 +246,43 @@ def test_emulation_catches_overlapping_runs(tmp_path: Path) -> None:
     x = random_inputs(op, seed=7)
     y = run_on(run_emulated(art, tmp_path), op, x, tmp_path, np.float32)
     assert not np.allclose(y.reshape(op.output.shape), roller.reference(op, x), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("spec", [
+    {"op": "conv2d", "N": 2, "C": 6, "H": 9, "W": 7, "F": 10, "KH": 3, "KW": 3},
+    {"op": "conv2d", "N": 1, "C": 5, "H": 11, "W": 10, "F": 8, "KH": 3, "KW": 3, "stride": 2},
+    {"op": "conv2d", "N": 2, "C": 12, "H": 6, "W": 6, "F": 8, "KH": 1, "KW": 1},
+])
+def test_gathers_staged_along_their_contiguous_run_match_reference(spec: dict, tmp_path: Path) -> None:
+    """An NCHW convolution's im2col view is staged with consecutive threads along n*h*w (w contiguous in the
+    source), each thread's coordinate of it fixed (schedule.stage_order, DimPlan.per_thread): float32 scalar
+    programs and float16 wmma ones compute what numpy does."""
+    hw = H.load("h100")
+    for dtype in ("float32", "float16"):
+        op = load_ops(dict(spec, dtype=dtype))[0]
+        progs = [p for p in construct(op, hw, top_k=10, matrix=CUDA.matrix_support) if p.grid * p.block <= 4096]
+        p = next(p for p in progs if re.search(r"// stage X.*\n.*\n\s+const int rl_d0 = \(rl_\w+ / 1\) %",
+                                               CUDA.render(p, hw).source))
+        art = CUDA.render(p, hw)
+        x = random_inputs(op, seed=13)
+        folder = tmp_path / dtype
+        folder.mkdir()
+        y = run_on(run_emulated(art, folder), op, x, folder, NP[dtype])
+        check_against(p.line(), op, x, y.reshape(op.output.shape))
+
+
+def test_stage_order_walks_the_view_dimension_with_fewer_sectors() -> None:
+    """NCHW: n*h*w first (w contiguous, or every other element at stride 2); a 1x1 convolution's c*r*s is c
+    alone, a whole plane apart; NHWC: c*r*s first (c contiguous)."""
+    from roller.backends.c_family.plan.schedule import stage_order
+    from roller.ir.fuse import prepare
+
+    def order(**spec: object) -> list[int]:
+        expr = prepare(load_ops(dict({"op": "conv2d", "N": 1, "C": 64, "H": 28, "W": 28, "F": 64, "KH": 3,
+                                      "KW": 3, "dtype": "float16"}, **spec))[0])
+        x = expr.tensor("X")
+        assert x.view is not None
+        return stage_order(x, [64, 64])
+
+    assert order() == [0, 1] and order(stride=2) == [0, 1] and order(KH=1, KW=1) == [0, 1]
+    assert order(layout="NHWC") == [1, 0]

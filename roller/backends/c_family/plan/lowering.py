@@ -35,6 +35,7 @@ from roller.backends.c_family.plan.schedule import (
     hoist_divisor,
     read_axis,
     reduce_loops,
+    stage_order,
     stage_width,
     staged_steps,
     unshared,
@@ -149,9 +150,12 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                 dims.append(DimPlan(hi - lo + 1, 0, origin, itype, utype))
             ext = [dp.extent for dp in dims]
             div = 1
-            for dp in reversed(dims):
-                dp.div = div
-                div *= dp.extent
+            for i in stage_order(t, ext) if d.coalesce_gathers else reversed(range(len(dims))):
+                dims[i].div = div
+                div *= dims[i].extent
+            fastest = next(dp for dp in dims if dp.div == 1) if dims else None
+            if fastest is not None and prog.block % fastest.extent == 0:
+                fastest.per_thread = True
             tp.dims = dims
             tp.tile_elems = math.prod(ext)
             tp.row_pad = pads.get(t.name, 0) if len(ext) > 1 else 0

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from roller.backends.c_family.plan.access import axis_maxes, flat_coef, index_span, is_guarded
+from roller.backends.c_family.plan.cexpr import row_major_strides
 from roller.backends.c_family.plan.types import AxisPlan, Dialect, TensorPlan
 from roller.ir.expr import Affine, BinOp, Const, Read, map_reads
-from roller.ir.tensor_expr import Axis, TensorExpr
+from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
 from roller.ir.vector import VECTOR_WIDTHS, flat_step, reduction_vector, vector_width
 from roller.program import RProgram
 
@@ -65,6 +66,45 @@ def stage_width(tp: TensorPlan, accs: list, block: Mapping[str, int], low: int, 
     if len(tp.smem_strides) > 1 and tp.smem_strides[-2] * itemsize % 16:
         return 0
     return v
+
+
+def stage_order(t: TensorDecl, extents: list[int]) -> list[int]:
+    """The dimensions of ``t``'s staged tile (``extents``) in the order consecutive threads walk them when they
+    stage it element by element, fastest first: the last dimension first (a plain tensor's contiguous one),
+    except in a view (a convolution's im2col gather) where another dimension's innermost sub-axis touches
+    fewer 32-byte sectors per 32 consecutive points (``_sectors``). In an NCHW convolution's view
+    [n*h*w, c*r*s], consecutive points of the reduction dimension touch 3 contiguous elements (s) and then jump
+    a row or a channel, while those of n*h*w run along w: threads walking c*r*s first read scattered 2-4-byte
+    pieces, a sector each (gpu-mainloops.md: the float16 convolutions at 0.11x cuDNN). An NHWC view keeps the
+    default (c, innermost of c*r*s, is contiguous)."""
+    order = list(range(len(extents)))[::-1]
+    view = t.view
+    if view is None or len(extents) < 2:
+        return order
+    strides = row_major_strides(list(view.source_shape))
+    cost = []
+    for d in order:
+        if not view.dims[d]:
+            cost.append(math.inf)
+            continue
+        sub, ext = view.dims[d][-1]
+        step = abs(sum(i.coefs.get(sub, 0) * s for i, s in zip(view.index, strides)))
+        cost.append(_sectors(min(ext, extents[d]), step, t.itemsize))
+    best = order[cost.index(min(cost))]   # the first of equals: the innermost
+    return [best] + [d for d in order if d != best]
+
+
+#: what a warp's load touches: 32 points, read in 32-byte sectors
+WARP_POINTS = 32
+SECTOR_BYTES = 32
+
+
+def _sectors(run: int, step: int, itemsize: int) -> float:
+    """Sectors 32 consecutive points touch when they go in runs of ``run`` points ``step`` elements apart (each
+    run starting elsewhere)."""
+    run = max(1, min(run, WARP_POINTS))
+    per_run = min(run, math.ceil((run - 1) * step * itemsize / SECTOR_BYTES) + 1) if step else 1
+    return WARP_POINTS / run * per_run
 
 
 # -- thread order -------------------------------------------------------------------------------------------

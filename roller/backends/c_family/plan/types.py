@@ -48,6 +48,10 @@ class Dialect:
     vector_io: dict[str, tuple[str, str]] = field(default_factory=dict)
     language: str = "C"  # for messages
     warp_lanes: int = 0  # threads that issue as one (a CUDA warp); 0: none the plan arranges for
+    # staging threads walk a gathered view along its longest contiguous run (schedule.stage_order); off: along
+    # its last dimension. Off for HIP: hipcc kept more registers live (an 896-thread convolution on mi100
+    # went from 64 VGPRs, the cap at that block size, to 68), and no AMD GPU has measured the gain
+    coalesce_gathers: bool = False
     # the unsigned type of each integer element type (typed bodies wrap through it, plan/typed.py)
     unsigned: dict[str, str] = field(default_factory=dict)
     helper_qual: str = "inline"  # how a helper function is declared (typed bodies' conversions, divisions)
@@ -94,6 +98,9 @@ class DimPlan:
     origin: str = "0"  # C expression: first tensor index of the tile in this dimension
     itype: str = "int"  # C type of the tensor index in this dimension (64 bits where 32 cannot hold it)
     utype: str = "unsigned"  # its unsigned type, for the one-comparison bounds test
+    # the dimension the staging threads walk fastest, whose extent divides the block: each thread stages the
+    # same coordinate of it throughout, decoded from the thread id once (its gather decode then leaves the loop)
+    per_thread: bool = False
 
 
 @dataclass
