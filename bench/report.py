@@ -14,7 +14,7 @@ A file's kind is its name's prefix: ``models-`` (bench/models.py --json), ``laye
 matmul against numpy and memory-bound ops against a copy kernel), ``construct-`` (bench/construct.py),
 ``checks-`` (the CUDA and HIP compile checks), ``compare-`` (``roller compare``), ``compile-time-``
 (issue 39's bench/compile_time.py), ``light-zoo-`` (bench/light_zoo.py), ``quantized-`` (bench/quantized.py),
-``float16-`` (bench/float16_models.py) and ``farm-`` (bench/farm.py). Other ``.json`` files are named as
+``float16-`` (bench/float16_models.py), ``farm-`` (bench/farm.py) and ``launch-`` (bench/launch.py). Other ``.json`` files are named as
 not read.
 
 Where, when and how a file was measured: its own top-level fields ``date`` (YYYY-MM-DD), ``time`` (HH:MM,
@@ -24,7 +24,7 @@ current) and ``transcribed_from``. Files that predate these fields have them in 
 whose entry wins over the file's own fields; without either, the date comes from the file name.
 
 The ``pocl-``, ``construct-``, ``checks-``, ``compare-``, ``compile-time-``, ``language-``, ``generation-``,
-``light-zoo-``, ``quantized-``, ``float16-`` and ``farm-`` files are loose: ``rows`` is a list of objects whose keys become
+``light-zoo-``, ``quantized-``, ``float16-``, ``farm-`` and ``launch-`` files are loose: ``rows`` is a list of objects whose keys become
 the table's columns; ``target`` is shown above the table and ``remark`` below it. A ``pocl-`` file holds ``matmul`` ({``n``, ``numpy_gflops``, ``rows``: [{``what``, ``vs_numpy``,
 optional ``gflops``}]}) and ``memory`` ({``rows``: [{``op``, ``vs_copy``: one ratio or a list, one per run,
 optional ``gbps``, ``copy_gbps``}]}). Expected of compile time (issue 39), one row per build timed::
@@ -61,7 +61,7 @@ KINDS = {"models": "python bench/models.py --json FILE", "layers": "python bench
          "light-zoo": "python bench/light_zoo.py --json FILE",
          "quantized": "python bench/quantized.py --zoo DIR --json FILE",
          "float16": "python bench/float16_models.py --zoo DIR --json FILE",
-         "farm": "python bench/farm.py --json FILE"}
+         "farm": "python bench/farm.py --json FILE", "launch": "python bench/launch.py --json FILE"}
 META = ("date", "time", "machine", "description", "command", "note", "before", "transcribed_from")
 
 
@@ -531,7 +531,12 @@ def render(folder: Path = RESULTS) -> str:
                "operators x descriptions: serial in the client process, then on local Dask clusters of one and "
                "two single-threaded workers started by the script, alternating rounds, medians; every run's "
                "entries equal the serial build's (`bench/farm.py`). One machine: its workers share its cores."),
-              "Not measured yet: `python bench/farm.py --json bench/results/farm-DATE.json`.")]
+              "Not measured yet: `python bench/farm.py --json bench/results/farm-DATE.json`."),
+             ("launch", "Kernel launches on PoCL (CPU)",
+              ("What one launch costs on the local OpenCL device: an empty kernel and a 64 KiB copy, each waited "
+               "for alone and queued 100 back to back, alternating rounds, medians (`bench/launch.py`). A model "
+               "run queues its steps; `roller run --profile` times each step in chains of its own launches."),
+              "Not measured yet: `python bench/launch.py --json bench/results/launch-DATE.json`.")]
     areas = [_area(results, "models", MODELS, lambda r, _: _models(r)), layers_area(results),
              _area(results, "pocl", POCL, lambda r, _: _pocl(r)),
              _area(results, "gpu", GPU, lambda r, _: _gpu(r)),

@@ -1,12 +1,14 @@
-"""Where a model's time goes (issue 43): each step of a run timed alone on the buffers of a real run, beside what
-it computes (the ONNX nodes fused into it), its rate, the micro-performance model's prediction and its share of
-the total; the run's own time against the steps' sum (more: launch and synchronisation between steps; less: a
-run does not wait for each step, as a step timed alone does); and, where onnxruntime is installed and the model
-came from an ONNX file, onnxruntime's own per-node profile of the same model for the same inputs.
+"""Where a model's time goes (issue 43): each step of a run timed on the buffers of a real run, beside what it
+computes (the ONNX nodes fused into it), its rate, the micro-performance model's prediction and its share of
+the total; the run's own time against the steps' sum (more: launch and synchronisation between different
+steps, and caches the steps leave each other cold); and, where onnxruntime is installed and the model came
+from an ONNX file, onnxruntime's own per-node profile of the same model for the same inputs.
 
-A step is timed alone: launched ``repeat`` times after a warm-up, each launch waited for, the median kept. A
-step re-run reads and writes the buffers a run left (steps are pure functions of their inputs, so the times
-are those of the run; the values left behind are not, and the next ``run`` uploads and computes afresh)."""
+A step is timed as a run sees it: ``repeat`` samples after a warm-up, each of 10 launches of the step back to
+back waited for once, the median per launch kept (``Executor.time_each_step``; a launch waited for alone pays
+the device's wake-up, 50-65 us on PoCL, more than a small step's work). A step re-run reads and writes the
+buffers a run left (steps are pure functions of their inputs, so the times are those of the run; the values
+left behind are not, and the next ``run`` uploads and computes afresh)."""
 from __future__ import annotations
 
 import json
@@ -59,12 +61,12 @@ class Profile:
         onnxruntime's nodes the same way."""
         total = self.steps_s or 1.0
         gap = self.run_s - self.steps_s
-        # a run queues its steps back to back; alone, each also waits for its own launch, so on small models
-        # the steps' sum exceeds the run
-        why = "launch and synchronisation between the steps" if gap >= 0 else \
-            "a run queues its steps without waiting for each"
-        head = (f"{self.model}: one run {self.run_s * 1e3:.3f} ms; its {len(self.steps)} steps, each launched and "
-                f"waited for alone, {self.steps_s * 1e3:.3f} ms; the run takes {abs(gap) * 1e3:.3f} ms "
+        # each step is timed repeating itself, its inputs warm in the caches: a run, where the previous step
+        # wrote them, takes more; less where the steps' own medians happened to be slow
+        why = "launch and synchronisation between different steps, and colder caches" if gap >= 0 else \
+            "the steps' samples were slower than the run's"
+        head = (f"{self.model}: one run {self.run_s * 1e3:.3f} ms; its {len(self.steps)} steps, each timed in "
+                f"chains of its own launches, {self.steps_s * 1e3:.3f} ms; the run takes {abs(gap) * 1e3:.3f} ms "
                 f"{'more' if gap >= 0 else 'less'} ({why})")
         columns = f"{'#':>3}  {'ms':>8}  {'share':>6}  {'predicted':>9}  {'rate':>13}  {'kind':6}  {'kernel':24}  computes"
         lines = [head, columns]

@@ -74,7 +74,7 @@ def shared_vector_width(expr: TensorExpr, block: dict[str, int], thread: dict[st
     return v
 
 
-def vector_padding(expr: TensorExpr, geo: TileGeometry, block: tuple[int, ...], vector_bytes: int) -> dict[str, int]:
+def vector_padding(geo: TileGeometry, block: tuple[int, ...], vector_bytes: int) -> dict[str, int]:
     """Storage padding of each staged input of more than one row: whole ``vector_bytes`` rows, an odd number of
     vectors."""
     pads = {}
@@ -104,7 +104,7 @@ def with_shared_vectors(prog: RProgram, hw: HardwareDesc,
     if not v:
         return prog
     geo = TileGeometry(expr)
-    pads = vector_padding(expr, geo, prog.block_tile.shape, layer.vector_bytes)
+    pads = vector_padding(geo, prog.block_tile.shape, layer.vector_bytes)
     cap = layer.capacity_per_block_bytes or 0
     if geo.footprint(prog.block_tile.shape, pads) > cap:
         return prog

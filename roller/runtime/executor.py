@@ -23,6 +23,9 @@ from roller.graph.memory import CopyStep, InputPad, KernelStep, Plan
 from roller.runtime.device import Device, Runner
 from roller.settings import settings
 
+#: launches of one step back to back per timed sample of the profile (``Executor.time_each_step``)
+STEP_CHAIN = 10
+
 
 class Executor:
     def __init__(self, graph: Graph, plan: Plan, runners: Mapping[str, Runner], device: Device) -> None:
@@ -136,11 +139,18 @@ class Executor:
             return self.time_steps(repeat, warmup)
 
     def time_each_step(self, repeat: int = 10, warmup: int = 2) -> list[float]:
-        """Median seconds of each step launched alone ``repeat`` times (after ``warmup``), each launch waited
-        for, on the buffers as a run left them (``roller.compiler.profile``)."""
+        """Median seconds of one launch of each step, on the buffers as a run left them
+        (``roller.compiler.profile``): ``repeat`` samples (after ``warmup``) of STEP_CHAIN launches back to
+        back, waited for once. A launch waited for alone also pays the device's wake-up: on PoCL (2 cores) an
+        empty kernel waited for took 50-65 us, the same kernel queued behind others 3 us, a 64 KiB copy 50-67
+        and 5 us (bench/launch.py), so a small step timed alone showed ten times its cost in a run."""
         with self.lock:
-            return [statistics.median(self._waited(functools.partial(self._enqueue, step), repeat, warmup))
-                    for step in self.plan.steps]
+            return [statistics.median(t / STEP_CHAIN for t in self._waited(
+                functools.partial(self._enqueue_chain, step), repeat, warmup)) for step in self.plan.steps]
+
+    def _enqueue_chain(self, step: KernelStep | CopyStep) -> None:
+        for _ in range(STEP_CHAIN):
+            self._enqueue(step)
 
     def time_steps(self, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds of each of ``repeat`` runs of the steps on the buffers as they are (after ``warmup``)."""

@@ -99,8 +99,9 @@ def lower(prog: RProgram, d: Dialect, kernel_name: str | None = None, blocked: b
                                     -(-a.extent // b_tile[i]), 0, 0, 0))
     decode(spatial)
     if staged and not blocked:
+        run = runs(prog)
         for ax in spatial:
-            ax.run = runs(prog).get(ax.name, 1)
+            ax.run = run.get(ax.name, 1)
     div_r = div_k = 1
     for ax in reversed(reduce):
         ax.bdiv, ax.tdiv = div_r, div_k
