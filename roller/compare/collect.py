@@ -72,7 +72,11 @@ def build_entry(op: TensorExpr, hw: HardwareDesc, top_k: int, backend: Any, code
     from roller.construction import construct
 
     t0 = time.perf_counter()
-    progs = construct(op, hw, top_k=top_k, matrix=backend.matrix_support if backend is not None else ())
+    # what the backend renders, as ``roller build`` asks for it (roller.compiler.target): its matrix
+    # instructions, split-K pairs and vector programs
+    progs = construct(op, hw, top_k=top_k, matrix=backend.matrix_support if backend is not None else (),
+                      split_k=backend is not None and backend.split_k,
+                      vectors=backend is not None and backend.vector_programs)
     construction_ms = (time.perf_counter() - t0) * 1e3
     prog = progs[0]
     doc = prog.to_json()
