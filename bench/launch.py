@@ -6,7 +6,8 @@ work (a depthwise convolution at 7x7). Measured here, in one process, alternatin
 * ``wait``: one empty kernel (one work-item) enqueued and waited for, as the profile times a step alone;
 * ``queued``: 100 empty kernels enqueued back to back and waited for once, per kernel, as a run queues them;
 * ``copy``: a 64 KiB copy kernel (64 work-groups) enqueued and waited for (a small kernel's work and launch);
-* ``copy_queued``: 100 of those back to back, waited for once, per kernel: what a small kernel costs in a run.
+* ``copy_queued``: 100 of those back to back, waited for once, per kernel: what a small kernel costs in a run;
+* ``switched``: the same with 8 different kernels of that size in turn: what switching kernels adds.
 
 Run: ``python bench/launch.py [--rounds 7] [--json FILE]``. Prints medians in microseconds.
 """
@@ -24,11 +25,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a checkout
 
+QUEUED = 100
+#: kernels of the same size that differ only in a constant: queued in turn, a launch switches kernels each time
+SWITCHED = 8
 SOURCE = """
 __kernel void empty(__global float* y) { }
 __kernel void copy(__global const float4* x, __global float4* y) { y[get_global_id(0)] = x[get_global_id(0)]; }
-"""
-QUEUED = 100
+""" + "".join(f"__kernel void scale{i}(__global const float4* x, __global float4* y) "
+              f"{{ y[get_global_id(0)] = x[get_global_id(0)] * {i + 2}.0f; }}\n" for i in range(SWITCHED))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     empty.set_args(y)
     copy.set_args(x, y)
+    scales = [getattr(prog, f"scale{i}") for i in range(SWITCHED)]
+    for k in scales:
+        k.set_args(x, y)
     launch = cl.enqueue_nd_range_kernel   # arguments set once: no per-call argument handling in Python
 
     def wait() -> None:
@@ -81,9 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             launch(queue, copy, (n,), (64,))
         queue.finish()
 
+    def switched() -> None:
+        for i in range(QUEUED):
+            launch(queue, scales[i % SWITCHED], (n,), (64,))
+        queue.finish()
+
     cases: dict[str, tuple[Callable[[], None], int, int]] = {
         "wait": (wait, 200, 1), "queued": (queued, 5, QUEUED), "copy": (copied, 200, 1),
-        "copy_queued": (copies_queued, 5, QUEUED)}
+        "copy_queued": (copies_queued, 5, QUEUED), "switched": (switched, 5, QUEUED)}
     for fn, _, _ in cases.values():   # warm-up: the first launches build and map
         fn()
     samples: dict[str, list[float]] = {k: [] for k in cases}
@@ -96,14 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     us = {k: statistics.median(v) for k, v in samples.items()}
     what = {"wait": "empty kernel, waited for alone", "queued": f"empty kernel, {QUEUED} queued, per kernel",
             "copy": "64 KiB copy kernel, waited for alone",
-            "copy_queued": f"64 KiB copy kernel, {QUEUED} queued, per kernel"}
+            "copy_queued": f"64 KiB copy kernel, {QUEUED} queued, per kernel",
+            "switched": f"{SWITCHED} different 64 KiB kernels in turn, {QUEUED} queued, per kernel"}
     result = {"date": time.strftime("%Y-%m-%d"), "machine": _cpu(), "description": "pocl-cpu",
               "command": "python bench/launch.py --json FILE",
               "target": f"{queue.device.name.strip()} ({queue.device.platform.name.strip()}), medians of "
                         f"{args.rounds} alternating rounds",
               "rows": [{"what": what[k], "us": round(v, 1)} for k, v in us.items()]}
     for k, v in us.items():
-        print(f"{k:11s} {v:8.1f} us")
+        print(f"{k:12s} {v:8.1f} us")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0
