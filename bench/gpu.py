@@ -358,10 +358,11 @@ def sass_problems(launch: dict[str, Any], feats: dict[str, int]) -> list[str]:
         out.append("a pipelined kernel without LDGSTS (cp.async)")
     if " vector " in str(launch.get("rprogram", "")) and not feats.get("LDG.E.128"):
         out.append("a vector program without 16-byte loads (LDG.E.128)")
+    from roller.dtypes import dtype
+
     shared = re.search(r"shared-vector (\d+)", str(launch.get("rprogram", "")))
-    args = launch.get("arguments") or [{}]
-    itemsize = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(str(args[0].get("dtype")), 4)
-    wide = shared is not None and int(shared.group(1)) * itemsize == 16
+    args = launch.get("arguments") or [{"dtype": "float32"}]
+    wide = shared is not None and int(shared.group(1)) * dtype(str(args[0]["dtype"])).itemsize == 16
     if wide and not feats.get("LDS.128"):
         out.append("a shared-vector program without 16-byte shared reads (LDS.128)")
     return out

@@ -63,7 +63,7 @@ class MemoryLayer:
     # device scope: the widest access one thread issues in one instruction (16 on NVIDIA GPUs: LDG.E.128);
     # ops with no reuse read and write their contiguous axis in vectors this wide (construction/stream.py).
     # block scope: the widest read of the layer (LDS.128): scalar programs whose staged rows are read along
-    # whole vectors pad them to vectors and own runs of them (construction/align.py ``shared_vector``)
+    # whole vectors pad them to vectors and own runs of them (construction/shared_vector.py)
     vector_bytes: int | None = None
     # device scope: the loaded latency of one access, ns (an estimate until measured): the model limits the
     # bandwidth a program reaches by the bytes its resident blocks keep in flight (Little's law,
