@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a checkout
+
+from bench.models import cpu_name
 
 QUEUED = 100
 #: kernels of the same size that differ only in a constant: queued in turn, a launch switches kernels each time
@@ -110,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "copy": "64 KiB copy kernel, waited for alone",
             "copy_queued": f"64 KiB copy kernel, {QUEUED} queued, per kernel",
             "switched": f"{SWITCHED} different 64 KiB kernels in turn, {QUEUED} queued, per kernel"}
-    result = {"date": time.strftime("%Y-%m-%d"), "machine": _cpu(), "description": "pocl-cpu",
+    result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {os.cpu_count()} cores", "description": "pocl-cpu",
               "command": "python bench/launch.py --json FILE",
               "target": f"{queue.device.name.strip()} ({queue.device.platform.name.strip()}), medians of "
                         f"{args.rounds} alternating rounds",
@@ -120,14 +123,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0
-
-
-def _cpu() -> str:
-    """The CPU's model name and core count."""
-    import os
-    name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":
