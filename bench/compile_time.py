@@ -4,7 +4,7 @@
 
 Each model is built in a child process twice: cold (an empty Roller kernel cache and an empty PoCL cache) and
 warm (the same caches again, full). A child reports the stages ``compile_model`` records (``Stages.seconds``:
-import, fuse, pad, pack, build: construction and rendering, kernels in parallel; compile: the device compiler,
+import, fuse, block, pad, pack, build: construction and rendering, kernels in parallel; compile: the device compiler,
 all kernels at once; plan), the whole ``compile_model`` call, the first run (uploads, the launches, and whatever device compile is still
 left) and a second run. onnxruntime's session creation for the same file is timed in this process (2 intra-op
 threads, all graph optimisations, median of 3). The models come from ``python -m bench.zoo --out DIR`` (and
@@ -34,7 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet121", "bert_base_layer", "bert")
-STAGES = ("import", "fuse", "pad", "pack", "build", "compile", "plan")
+STAGES = ("import", "fuse", "block", "pad", "pack", "build", "compile", "plan")
 
 CHILD = """
 import json, sys, time

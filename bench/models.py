@@ -8,8 +8,8 @@ cache, second compile), kernels launched and built, device copies, peak device m
 executor (device work of one run: inputs already uploaded) and of onnxruntime (graph optimisations on, 2
 intra-op threads, the run call), alternating, ``--rounds`` rounds of ``--repeat`` runs each, medians; outputs
 checked against onnxruntime first. The same model compiled without fusion (``fuse="none"``, one kernel per
-operator) and with the rule-based fusion pass instead of the solver (``fuse="greedy"``) is timed in the same
-rounds, and so is OpenVINO's CPU plugin on the same file (2 inference threads, the latency hint) where
+operator), with the rule-based fusion pass instead of the solver (``fuse="greedy"``) and with every image in
+its model's layout (``ROLLER_BLOCK_CHANNELS=0``: no channels stored in blocks) is timed in the same rounds, and so is OpenVINO's CPU plugin on the same file (2 inference threads, the latency hint) where
 ``openvino`` is installed (an optional bench dependency: ``pip install 'roller[bench]'``). Prints a markdown
 table; ``--json`` writes every number.
 """
@@ -121,6 +121,21 @@ def openvino_model(path: Path) -> Any:
                                                       "INFERENCE_PRECISION_HINT": "f32"})
 
 
+def unblocked_model(path: Path, hw: str) -> Any:
+    """The model built with every image in its own layout (no channels in blocks: roller.graph.blocking)."""
+    import roller
+
+    before = os.environ.get("ROLLER_BLOCK_CHANNELS")
+    os.environ["ROLLER_BLOCK_CHANNELS"] = "0"
+    try:
+        return roller.compile_model(path, hw=hw)
+    finally:
+        if before is None:
+            del os.environ["ROLLER_BLOCK_CHANNELS"]
+        else:
+            os.environ["ROLLER_BLOCK_CHANNELS"] = before
+
+
 def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: bool = False) -> dict[str, Any]:
     import roller
     from bench.zoo import SPECS, default_dir
@@ -148,6 +163,7 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
         row["max_abs_error_openvino"] = float(abs(got - want).max())
     unfused = roller.compile_model(path, hw=hw, fuse="none")
     greedy = roller.compile_model(path, hw=hw, fuse="greedy")
+    unblocked = unblocked_model(path, hw)
     timed = None
     if evaluate:
         # Every kernel's top-10 timed on this device (roller.compile_model(evaluate=True)): the build a user
@@ -162,13 +178,17 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
     row["max_abs_error_unfused"] = max(unfused.check(feeds)["max_abs_error"].values())
     row["max_abs_error_greedy"] = max(greedy.check(feeds)["max_abs_error"].values())
     row["fusion_greedy"] = greedy.summary()["fusion"]
+    row["max_abs_error_unblocked"] = max(unblocked.check(feeds)["max_abs_error"].values())
+    row["blocked_values"] = sum(1 for v in m.stages.blocked.values if v not in m.stages.fused.values
+                                and v not in m.stages.blocked.constants)
     ours: list[float] = []
+    layout: list[float] = []
     plain: list[float] = []
     rule: list[float] = []
     theirs: list[float] = []
     measured: list[float] = []
     vino_times: list[float] = []
-    for variant in (m, unfused, greedy, *([timed] if timed is not None else [])):
+    for variant in (m, unfused, greedy, unblocked, *([timed] if timed is not None else [])):
         variant.executor.run(feeds)
     for _ in range(2):
         sess.run(None, feeds)
@@ -192,7 +212,7 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
         for _ in range(2):
             vino(feeds)
     jobs: list[tuple[list[float], Callable[[], float]]] = [(ours, roller_run(m)), (plain, roller_run(unfused)),
-                                                           (rule, roller_run(greedy))]
+                                                           (rule, roller_run(greedy)), (layout, roller_run(unblocked))]
     if timed is not None:
         jobs.append((measured, roller_run(timed)))
     jobs.append((theirs, anchor(lambda: sess.run(None, feeds))))
@@ -209,6 +229,8 @@ def measure(name: str, hw: str, rounds: int, repeat: int, cold: bool, evaluate: 
     row["ort_ms"] = statistics.median(theirs) * 1e3
     row["unfused_ms"] = statistics.median(plain) * 1e3
     row["greedy_ms"] = statistics.median(rule) * 1e3
+    row["unblocked_ms"] = statistics.median(layout) * 1e3
+    row["unblocked_rounds_ms"] = [x * 1e3 for x in layout]
     row["greedy_rounds_ms"] = [x * 1e3 for x in rule]
     row["unfused_rounds_ms"] = [x * 1e3 for x in plain]
     row["roller_rounds_ms"] = [x * 1e3 for x in ours]

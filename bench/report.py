@@ -214,16 +214,20 @@ def _ratio(x: dict[str, Any], key: str) -> float | None:
 def _models(r: Result) -> list[str]:
     rows = r.doc["rows"]
     vino = all(x.get("openvino_ms") for x in rows)   # OpenVINO's columns where every row has it
+    plain = all(x.get("unblocked_ms") for x in rows)   # images in the model's own layout (no blocked channels)
     body = [[x["model"], _f(x["ort_ms"], "{:.1f}"), _f(x["roller_ms"], "{:.1f}"),
-             _f(_ratio(x, "roller_ms"), "{:.2f}x"), _f(_ratio(x, "unfused_ms"), "{:.2f}x"),
+             _f(_ratio(x, "roller_ms"), "{:.2f}x"), *([_f(_ratio(x, "unblocked_ms"), "{:.2f}x")] if plain else []),
+             _f(_ratio(x, "unfused_ms"), "{:.2f}x"),
              _f(x.get("evaluated_ms"), "{:.1f}"), _f(_ratio(x, "evaluated_ms"), "{:.2f}x"),
              *([_f(x["openvino_ms"], "{:.1f}"), _f(_ratio(x, "openvino_ms"), "{:.2f}x")] if vino else []),
              str(x["kernels_launched"]), _f(x.get("max_abs_error"), "{:.1e}")] for x in rows]
-    keys = ("roller_ms", "unfused_ms", "evaluated_ms", "openvino_ms")
+    keys = ("roller_ms", "unfused_ms", "evaluated_ms", "openvino_ms", "unblocked_ms")
     geo = [_geomean(_ratio(x, k) for x in rows) for k in keys]
-    body.append(["**geomean**", "-", "-", _f(geo[0], "**{:.2f}x**"), _f(geo[1], "{:.2f}x"), "-",
+    body.append(["**geomean**", "-", "-", _f(geo[0], "**{:.2f}x**"), *([_f(geo[4], "{:.2f}x")] if plain else []),
+                 _f(geo[1], "{:.2f}x"), "-",
                  _f(geo[2], "**{:.2f}x**"), *(["-", _f(geo[3], "**{:.2f}x**")] if vino else []), "-", "-"])
-    return ["", *_table(["model", "onnxruntime ms", "Roller ms (top-1)", "top-1 / ORT", "unfused / ORT",
+    return ["", *_table(["model", "onnxruntime ms", "Roller ms (top-1)", "top-1 / ORT",
+                         *(["unblocked / ORT"] if plain else []), "unfused / ORT",
                          "top-10 timed ms", "top-10 timed / ORT",
                          *(["OpenVINO ms", "OpenVINO / ORT"] if vino else []), "kernels launched", "max abs err"],
                         body)] + (["", str(r.doc["remark"])] if r.doc.get("remark") else [])

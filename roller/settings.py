@@ -102,6 +102,12 @@ class RuntimeSettings:
                               "run: a read of memory nothing wrote shows as NaN (slower; for testing)")
 
 
+class CompileSettings:
+    block_channels: Knob[bool] = Knob("ROLLER_BLOCK_CHANNELS", True,
+                                      "0 keeps every activation of a model in its own layout: no channels stored "
+                                      "in blocks on CPUs (roller.graph.blocking; for comparisons)")
+
+
 class FarmSettings:
     scheduler: Knob[str | None] = Knob("ROLLER_SCHEDULER", None,
                                        "a Dask scheduler's address (tcp://host:8786): roller compare builds on its "
@@ -119,6 +125,7 @@ class Settings:
     hip = HipSettings()
     poplar = PoplarSettings()
     runtime = RuntimeSettings()
+    compile = CompileSettings()
     farm = FarmSettings()
     tests = TestSettings()
 

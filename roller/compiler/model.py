@@ -5,8 +5,8 @@
 >>> y = m(x)                                                     # a single-input model, its (first) output
 
 The model pipeline is a row of named stages, each a function of the graph before it (none changes its input):
-import (``roller.frontends.onnx``) -> fuse (operators into kernels) -> pad (values made inside the padding their
-readers want) -> pack (weights in the layouts construction chooses) -> build (one kernel per distinct operator,
+import (``roller.frontends.onnx``) -> fuse (operators into kernels) -> block (on CPUs, images stored with their
+channels in blocks where the model says it pays) -> pad (values made inside the padding their readers want) -> pack (weights in the layouts construction chooses) -> build (one kernel per distinct operator,
 in parallel, from the kernel cache when it is there) -> plan (buffers, launches and copies). ``m.stages`` keeps
 each stage's graph; ``m.kernels`` lists the kernels one run launches, in order; ``m.plan`` is the memory plan
 (``m.peak_bytes``); ``m.benchmark()`` times whole runs on the device.
@@ -44,6 +44,7 @@ from roller.ir.reference import random_inputs
 from roller.ir.tensor_expr import TensorExpr
 from roller.progress import Progress, stage
 from roller.runtime.executor import Executor
+from roller.settings import settings
 
 if TYPE_CHECKING:
     from roller.compiler.profile import Profile
@@ -56,10 +57,11 @@ class Stages:
 
     imported: Graph
     fused: Graph
+    blocked: Graph
     padded: Graph
     packed: Graph
     fusion: FusionReport | None = None  # what the fusion stage did (None: one kernel per operator)
-    # seconds of each stage of the build: fuse, pad, pack (lower), then build (construction and rendering,
+    # seconds of each stage of the build: fuse, block, pad, pack (lower), then build (construction and rendering,
     # kernels in parallel), compile (the device's compiler, all kernels at once) and plan (build_model); import
     # where compile_model imported it
     seconds: dict[str, float] = field(default_factory=dict)
@@ -398,6 +400,24 @@ def _fused(graph: Graph, target: Target, method: str, cost: Callable[[TensorExpr
     return fused, report
 
 
+def block_stage(graph: Graph, target: Target) -> Graph:
+    """A copy of ``graph`` whose window operators' channels are stored in blocks (``roller.graph.blocking``)
+    where the micro-performance model says the operators it changes cost less so; ``graph`` itself where the
+    description's kernels do not compute along channels (``channel_lanes`` 0) or the environment says not to
+    (``ROLLER_BLOCK_CHANNELS=0``, an A/B switch)."""
+    from roller.construction import channel_lanes
+    from roller.graph.blocking import block_channels
+
+    lanes = channel_lanes(target.hw)
+    if not lanes or not settings.compile.block_channels:
+        return graph
+    out = graph.copy()
+    seconds = target.predicted_seconds
+    changed = block_channels(out, lanes, lambda changes: sum(seconds(new) for _, new in changes)
+                             < sum(seconds(old) for old, _ in changes))
+    return out if changed else graph
+
+
 def pad_stage(graph: Graph, target: Target) -> Graph:
     """A copy of ``graph`` whose values that windows read are made inside the padding their readers want
     (``roller.graph.padding``), where the micro-performance model says the changed operators cost less than the
@@ -435,17 +455,19 @@ def pack_stage(graph: Graph, target: Target, measured: Callable[[TensorExpr], fl
 
 def lower(graph: Graph, target: Target, method: str, measured: Callable[[TensorExpr], float | None] | None = None
           ) -> Stages:
-    """The device-free stages: fuse, pad, pack."""
+    """The device-free stages: fuse, block, pad, pack."""
     import time
 
     t0 = time.perf_counter()
     fused, report = fuse_stage(graph, target, method)
     t1 = time.perf_counter()
-    padded = pad_stage(fused, target)
+    blocked = block_stage(fused, target)
     t2 = time.perf_counter()
+    padded = pad_stage(blocked, target)
+    t3 = time.perf_counter()
     packed = pack_stage(padded, target, measured)
-    return Stages(graph, fused, padded, packed, report,
-                  {"fuse": t1 - t0, "pad": t2 - t1, "pack": time.perf_counter() - t2})
+    return Stages(graph, fused, blocked, padded, packed, report,
+                  {"fuse": t1 - t0, "block": t2 - t1, "pad": t3 - t2, "pack": time.perf_counter() - t3})
 
 
 @dataclass
@@ -553,7 +575,7 @@ def plan_stage(graph: Graph, kernels: Mapping[str, Kernel]) -> Plan:
 def build_model(graph: Graph, target: Target, *, method: str = "solver", top_k: int = 10, evaluate: bool = False,
                 cache: bool = True, jobs: int | None = None, progress: bool | None = None,
                 compile_here: bool | None = None, source: Any = None) -> Model:
-    """The pipeline after import: fuse, pad, pack, build, plan."""
+    """The pipeline after import: fuse, block, pad, pack, build, plan."""
     import time
 
     t0 = time.perf_counter()

@@ -26,7 +26,8 @@ from roller.perf.micro import predict, resources
 from roller.perf.traffic import TileGeometry
 from roller.program import Prediction, RProgram, RTile, launch_counts
 
-__all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "construct", "levels", "matrix_candidates",
+__all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "channel_lanes", "construct", "levels",
+           "matrix_candidates",
            "predict_program", "prepared", "repredict", "row_proxy"]
 
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
@@ -111,6 +112,16 @@ def construct(op: OpLike | TensorExpr, hw: str | HardwareDesc, top_k: int = 10,
     if not ranked:
         raise InputError(_nothing_fits(form, geo, hwd, block_level, search))
     return ranked[:top_k]
+
+
+def channel_lanes(hw: HardwareDesc) -> int:
+    """Channels per block of a blocked activation layout (``roller.graph.blocking``) on ``hw``: the float32
+    points of one line of the cache its kernels read through (16 on a 64-byte line), where the block's layer
+    is a cache (a CPU, whose kernels compute vectors along their last axis); 0 elsewhere: a GPU's threads
+    read along the image's rows, and blocked channels would only scatter them."""
+    block_level, _ = levels(hw)
+    layer = hw.memory[block_level + 1]
+    return layer.line_bytes // 4 if layer.scope == "cache" else 0
 
 
 def read_pads(expr: TensorExpr, hw: HardwareDesc) -> dict[str, tuple[tuple[int, int], ...]]:

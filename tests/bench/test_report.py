@@ -47,6 +47,16 @@ def test_the_newest_file_of_a_kind_on_each_machine_wins(tmp_path: Path) -> None:
     assert all(f"`models-{n}" in older for n in ("old-", "morning-", "later-")) and "models-new" not in older
 
 
+def test_the_unblocked_build_gets_a_column_where_every_model_has_it(tmp_path: Path) -> None:
+    row = {"model": "net", "hw": "pocl-cpu", "ort_ms": 10.0, "roller_ms": 12.0, "unblocked_ms": 13.7,
+           "kernels_launched": 3}
+    (tmp_path / "models-a-2026-03-01.json").write_text(json.dumps({"cpu": "Test CPU", "rows": [row]}))
+    models = _section(report.render(tmp_path), "Whole models")
+    assert "| top-1 / ORT | unblocked / ORT |" in models and "| 1.20x | 1.37x |" in models, models
+    _models(tmp_path, "models-a-2026-03-01.json", 1.2)   # a file from before the stage: no such column
+    assert "unblocked" not in _section(report.render(tmp_path), "Whole models")
+
+
 def test_sources_json_supplies_what_a_file_does_not_record(tmp_path: Path) -> None:
     _models(tmp_path, "models-a.json", 1.11)
     _models(tmp_path, "models-b.json", 2.22)
