@@ -37,11 +37,13 @@ def block_channels(graph: Graph, lanes: int, worth: Callable[[list[Change]], boo
         seed = _seed(graph, node, lanes)
         if seed is None:
             continue
+        tried: list[dict[str, int]] = []
         for extend in (True, False):
             group = _group(graph, seed, lanes, extend)
-            if group is None:
-                continue
+            if group is None or group[0] in tried:
+                continue   # (nothing reached beyond the window's own images: asked once)
             dims, splits = group
+            tried.append(dims)
             weights: dict[str, tuple[str, int]] = {}
             rewritten = {i: _split(graph, graph.nodes[i], axes, dims, lanes, weights)   # type: ignore[arg-type]
                          for i, axes in splits.items()}
