@@ -149,6 +149,30 @@ def test_a_group_the_model_turns_down_is_left_alone() -> None:
     assert [n.expr.content_hash() for n in g.op_nodes] == before
 
 
+def _chain() -> object:
+    """expand 1x1 (16 -> 32), depthwise 3x3, 1x1 (32 -> 32), 1x1 (32 -> 16): the third's output is an image
+    the depthwise convolution's group may reach, not one it must."""
+    rng = np.random.default_rng(0)
+    inits = {"w1": rng.standard_normal((32, 16, 1, 1)) * 0.3, "w2": rng.standard_normal((32, 1, 3, 3)) * 0.3,
+             "w3": rng.standard_normal((32, 32, 1, 1)) * 0.2, "w4": rng.standard_normal((16, 32, 1, 1)) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]),
+             helper.make_node("Conv", ["e", "w2"], ["d"], group=32, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d", "w3"], ["p"]),
+             helper.make_node("Conv", ["p", "w4"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 7, 7])], inits)
+
+
+def test_a_group_turned_down_as_far_as_it_reaches_is_tried_as_the_window_s_own_images() -> None:
+    g = _fused(_chain())
+    want = evaluate(g, {"x": _x()})["y"]
+    asked: list[int] = []
+    assert block_channels(g, LANES, lambda changes: asked.append(len(changes)) or len(changes) <= 3) == 1
+    assert asked == [4, 3]   # expand, depthwise and both 1x1 convolutions after it; then without the last
+    assert {k for k in g.values if k.endswith(f".c{LANES}")} == {f"e.c{LANES}", f"d.c{LANES}"}
+    np.testing.assert_allclose(evaluate(g, {"x": _x()})["y"], want, rtol=1e-4, atol=1e-4)
+
+
 def test_channels_that_the_lanes_do_not_divide_stay_as_they_are() -> None:
     g = _fused(_mobile_block(c=12, expand=2))   # 24 channels around the depthwise convolution
     assert block_channels(g, LANES, lambda changes: True) == 0
