@@ -6,8 +6,9 @@
 
 The model pipeline is a row of named stages, each a function of the graph before it (none changes its input):
 import (``roller.frontends.onnx``) -> fuse (operators into kernels) -> block (on CPUs, images stored with their
-channels in blocks where the model says it pays) -> pad (values made inside the padding their readers want) -> pack (weights in the layouts construction chooses) -> build (one kernel per distinct operator,
-in parallel, from the kernel cache when it is there) -> plan (buffers, launches and copies). ``m.stages`` keeps
+channels in blocks where the model says it pays) -> pad (values made inside the padding their readers want) ->
+pack (weights in the layouts construction chooses) -> build (one kernel per distinct operator, in parallel, from
+the kernel cache when it is there) -> plan (buffers, launches and copies). ``m.stages`` keeps
 each stage's graph; ``m.kernels`` lists the kernels one run launches, in order; ``m.plan`` is the memory plan
 (``m.peak_bytes``); ``m.benchmark()`` times whole runs on the device.
 """

@@ -27,8 +27,7 @@ from roller.perf.traffic import TileGeometry
 from roller.program import Prediction, RProgram, RTile, launch_counts
 
 __all__ = ["MatrixSupport", "Prediction", "RProgram", "RTile", "channel_lanes", "construct", "levels",
-           "matrix_candidates",
-           "predict_program", "prepared", "repredict", "row_proxy"]
+           "matrix_candidates", "predict_program", "prepared", "repredict", "row_proxy"]
 
 # Construction explores this many candidates per requested program before the model ranks them: the DFS
 # order follows reuse, the model's order follows predicted time.

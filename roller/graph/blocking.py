@@ -227,7 +227,7 @@ def _apply(graph: Graph, rewritten: dict[int, OpNode], dims: dict[str, int], lan
         if isinstance(step, ViewNode) and step.input in dims:
             graph.nodes[i] = replace(step, input=blocked_name(step.input, lanes),
                                      output=blocked_name(step.output, lanes))
-    read = {r for n in graph.nodes for r in n.reads}
-    for name in [c for c in graph.constants if c not in read]:
+    read = {r for n in graph.nodes for r in n.reads} | set(graph.outputs)
+    for name in [c for c in graph.constants if c not in read]:   # weights only the split steps read
         del graph.constants[name]
         del graph.values[name]

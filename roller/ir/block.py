@@ -14,16 +14,19 @@ from dataclasses import replace
 import numpy as np
 
 from roller.ir.expr import Affine, Read, axis_values, gathers
+from roller.ir.identifiers import check_name
 from roller.ir.tensor_expr import Axis, TensorDecl, TensorExpr
 
 
 def split_names(expr: TensorExpr, axis: str) -> tuple[str, str]:
-    """Names for the outer and inner parts of ``axis`` that no axis or tensor of ``expr`` has."""
+    """Names for the outer and inner parts of ``axis`` that no axis or tensor of ``expr`` has and that generated
+    source may use (an axis ``d`` would make ``do``, a keyword)."""
     taken = {a.name for a in expr.axes} | {t.name for t in expr.tensors} | {st.name for st in expr.stages}
     k = 0
     while True:
         outer, inner = (f"{axis}o", f"{axis}i") if k == 0 else (f"{axis}o{k}", f"{axis}i{k}")
-        if outer not in taken and inner not in taken:
+        if not ({outer, inner} & taken) and check_name(outer, "tensor") is None \
+                and check_name(inner, "tensor") is None:
             return outer, inner
         k += 1
 

@@ -17,7 +17,7 @@ from roller.graph.blocking import block_channels
 from roller.graph.ir import ViewNode
 from roller.graph.reference import evaluate
 from roller.ir import load_op
-from roller.ir.block import block_array, blockable, blocked_dim, split_axis, unblock_array
+from roller.ir.block import block_array, blockable, blocked_dim, split_axis, split_names, unblock_array
 from roller.ir.tensor_expr import TensorExpr
 from tests.compiler.test_models import _model, _ort
 
@@ -74,6 +74,12 @@ def test_two_axes_split_in_turn_compute_the_same() -> None:
     wb = block_array(block_array(w, 1, LANES), 0, LANES)
     got = roller.reference(both, {"X": block_array(x, 1, LANES), "W": wb})
     np.testing.assert_allclose(unblock_array(got, 1), roller.reference(op, {"X": x, "W": w}), rtol=1e-5, atol=1e-5)
+
+
+def test_split_axes_get_names_generated_source_may_use() -> None:
+    op = _op("Y[n,d,p] += X[n,d,p,k] * W[d,k]", {"X": [1, 32, 5, 3], "W": [32, 3], "Y": [1, 32, 5]})
+    assert split_names(op, "d") == ("do1", "di1")   # "do" is a keyword in every target language
+    _split_matches(op, "d", ["X", "Y", "W"])
 
 
 def test_what_cannot_be_split_is_said() -> None:
