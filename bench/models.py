@@ -9,7 +9,8 @@ executor (device work of one run: inputs already uploaded) and of onnxruntime (g
 intra-op threads, the run call), alternating, ``--rounds`` rounds of ``--repeat`` runs each, medians; outputs
 checked against onnxruntime first. The same model compiled without fusion (``fuse="none"``, one kernel per
 operator), with the rule-based fusion pass instead of the solver (``fuse="greedy"``) and with every image in
-its model's layout (``ROLLER_BLOCK_CHANNELS=0``: no channels stored in blocks) is timed in the same rounds, and so is OpenVINO's CPU plugin on the same file (2 inference threads, the latency hint) where
+its model's layout (``ROLLER_BLOCK_CHANNELS=0``: no channels stored in blocks) is timed in the same rounds, and
+so is OpenVINO's CPU plugin on the same file (2 inference threads, the latency hint) where
 ``openvino`` is installed (an optional bench dependency: ``pip install 'roller[bench]'``). Prints a markdown
 table; ``--json`` writes every number.
 """

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from roller.graph.ir import Graph, OpNode, Value, ViewNode
-from roller.ir.block import block_array, blockable, blocked_dim, split_axis
+from roller.ir.block import block_array, blockable, blocked_dim, blocked_shape, split_axis
 from roller.ir.tensor_expr import TensorExpr
 
 Change = tuple[TensorExpr, TensorExpr]  # an operator's expression before and after the split
@@ -214,9 +214,8 @@ def _split(graph: Graph, node: OpNode, axes: list[str], dims: dict[str, int], la
 def _apply(graph: Graph, rewritten: dict[int, OpNode], dims: dict[str, int], lanes: int,
            weights: dict[str, tuple[str, int]]) -> None:
     for value, d in dims.items():
-        v = graph.values.pop(value)
-        shape = (*v.shape[:d], v.shape[d] // lanes, *v.shape[d + 1:], lanes)
-        graph.values[blocked_name(value, lanes)] = Value(blocked_name(value, lanes), shape, v.dtype)
+        v, name = graph.values.pop(value), blocked_name(value, lanes)
+        graph.values[name] = Value(name, blocked_shape(v.shape, d, lanes), v.dtype)
     for name, (source, d) in weights.items():   # in the order made: a source is a constant or made before
         if name not in graph.constants:
             graph.constants[name] = block_array(graph.constants[source], d, lanes)

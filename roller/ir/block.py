@@ -76,9 +76,7 @@ def split_axis(expr: TensorExpr, axis: str, lanes: int, blocked: Collection[str]
     def decl(t: TensorDecl) -> TensorDecl:
         d = dims.get(t.name)
         assert t.view is None and t.orig_shape is None, (expr.name, t.name)
-        if d is None:
-            return t
-        return TensorDecl(t.name, (*t.shape[:d], t.shape[d] // lanes, *t.shape[d + 1:], lanes), t.dtype)
+        return t if d is None else TensorDecl(t.name, blocked_shape(t.shape, d, lanes), t.dtype)
 
     def read(r: Read) -> Read:
         return Read(r.tensor, index_of(r.tensor, r.index), r.pos)
@@ -103,6 +101,10 @@ def _split_affine(i: Affine, axis: str, outer: str, inner: str, lanes: int) -> A
         terms.extend([(outer, k * lanes), (inner, k)] if a == axis else [(a, k)])
     return Affine(tuple(terms), i.const)
 
+
+def blocked_shape(shape: tuple[int, ...], dim: int, lanes: int) -> tuple[int, ...]:
+    """``shape`` with ``dim`` in blocks of ``lanes`` and the ``lanes`` points as a new innermost dimension."""
+    return (*shape[:dim], shape[dim] // lanes, *shape[dim + 1:], lanes)
 
 
 def block_array(a: np.ndarray, dim: int, lanes: int) -> np.ndarray:
